@@ -1,0 +1,108 @@
+"""Record a value once so that scrapbook, the receipts and the book's ``{glue:text}`` all read it.
+
+One ``display_data`` output per value (DESIGN.md, "Recording metrics"): its bundle carries scrapbook's scrap
+payload under ``application/scrapbook.scrap.json+json`` next to a ``text/plain`` rendering, and its metadata
+marks it as a scrapbook scrap so that myst-nb registers it for ``{glue:text}``/``{glue:figure}``.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import math
+from typing import Any
+
+SCRAP_MIME = "application/scrapbook.scrap.json+json"
+
+#: Significant digits in the text rendering of floats. The JSON payload keeps full precision; the text is what
+#: the book shows and what nbval compares, so it is rounded enough to be stable across BLAS builds.
+TEXT_DIGITS = 4
+
+
+def _jsonable(value: Any) -> Any:
+    """Convert numpy/torch scalars and arrays to plain JSON types, refusing anything else by name."""
+    if isinstance(value, (str, bool)) or value is None:
+        return value
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float):
+        if math.isnan(value) or math.isinf(value):
+            return str(value)
+        return value
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if hasattr(value, "tolist"):  # numpy / torch scalars and arrays
+        return _jsonable(value.tolist())
+    raise TypeError(f"glue: cannot record a value of type {type(value).__name__}; use numbers, strings, lists or dicts")
+
+
+def format_value(value: Any) -> str:
+    """Text rendering used by the book and compared by nbval."""
+    if isinstance(value, bool) or value is None:
+        return str(value)
+    if isinstance(value, float):
+        return f"{value:.{TEXT_DIGITS}g}"
+    if isinstance(value, list):
+        return "[" + ", ".join(format_value(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k}: {format_value(v)}" for k, v in value.items()) + "}"
+    return str(value)
+
+
+def _display(bundle: dict, name: str, *, data: bool) -> None:
+    from IPython.display import display
+
+    metadata = {"scrapbook": {"name": name, "data": data, "display": True, "mime_prefix": ""}}
+    display(bundle, raw=True, metadata=metadata)
+
+
+def glue(name: str, value: Any) -> Any:
+    """Record ``value`` under ``name`` and show it; returns the recorded (JSON) value.
+
+    ``scrapbook.read_notebook(nb).scraps[name].data`` returns it, the runner copies it into the receipt,
+    and a book page can cite it with the ``glue:text`` role.
+    """
+    if not isinstance(name, str) or not name.isidentifier():
+        raise ValueError(f"glue: metric name must be a snake_case identifier, got {name!r}")
+    payload = _jsonable(value)
+    scrap = {"name": name, "data": payload, "encoder": "json", "version": 1}
+    _display({SCRAP_MIME: scrap, "text/plain": format_value(payload)}, name, data=True)
+    return payload
+
+
+def glue_table(name: str, frame: Any) -> list[dict]:
+    """Record a pandas DataFrame as a list of row dicts and show it as an HTML table."""
+    records = _jsonable(frame.reset_index(drop=True).to_dict(orient="records"))
+    scrap = {"name": name, "data": records, "encoder": "json", "version": 1}
+    html = frame.to_html(index=False, float_format=lambda x: f"{x:.{TEXT_DIGITS}g}", border=0)
+    plain = frame.to_string(index=False, float_format=lambda x: f"{x:.{TEXT_DIGITS}g}")
+    _display({SCRAP_MIME: scrap, "text/html": html, "text/plain": plain}, name, data=True)
+    return records
+
+
+def glue_figure(name: str, figure: Any) -> None:
+    """Show a matplotlib figure as PNG under ``name`` so a book page can place it with ``{glue:figure}``."""
+    import matplotlib.pyplot as plt
+
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", dpi=110, bbox_inches="tight")
+    plt.close(figure)
+    png = base64.b64encode(buffer.getvalue()).decode("ascii")
+    _display({"image/png": png, "text/plain": f"<figure {name}>"}, name, data=False)
+
+
+def read_scraps(notebook: dict) -> dict[str, Any]:
+    """All data scraps of an executed notebook (as nbformat JSON), by name, in output order."""
+    scraps: dict[str, Any] = {}
+    for cell in notebook.get("cells", []):
+        for output in cell.get("outputs", []) or []:
+            bundle = output.get("data") or {}
+            if SCRAP_MIME in bundle:
+                scrap = bundle[SCRAP_MIME]
+                if isinstance(scrap, str):
+                    scrap = json.loads(scrap)
+                scraps[scrap["name"]] = scrap["data"]
+    return scraps

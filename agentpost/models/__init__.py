@@ -1,0 +1,1 @@
+"""Small models and tokenizers the project trains itself, loaded through Hugging Face ``from_pretrained``."""

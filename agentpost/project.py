@@ -1,0 +1,28 @@
+"""The project checkout: its root and its configuration (``[tool.agentpost]`` in pyproject.toml)."""
+
+from __future__ import annotations
+
+import functools
+import os
+import tomllib
+from pathlib import Path
+
+
+@functools.lru_cache(maxsize=None)
+def project_root() -> Path:
+    """The checkout root: ``$AGENTPOST_ROOT``, else the nearest folder above the package or cwd with our pyproject."""
+    if os.environ.get("AGENTPOST_ROOT"):
+        return Path(os.environ["AGENTPOST_ROOT"]).resolve()
+    for start in (Path(__file__).resolve().parent, Path.cwd().resolve()):
+        for folder in (start, *start.parents):
+            pyproject = folder / "pyproject.toml"
+            if pyproject.is_file() and 'name = "agentpost"' in pyproject.read_text():
+                return folder
+    raise RuntimeError("cannot find the agentpost checkout; set AGENTPOST_ROOT")
+
+
+@functools.lru_cache(maxsize=None)
+def config() -> dict:
+    """``[tool.agentpost]`` from pyproject.toml."""
+    with open(project_root() / "pyproject.toml", "rb") as f:
+        return tomllib.load(f)["tool"]["agentpost"]
