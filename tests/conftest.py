@@ -6,3 +6,5 @@ import os
 # On a GPU machine, AGENTPOST_TRITON_GPU=1 runs the same kernel tests on the device.
 if os.environ.get("AGENTPOST_TRITON_GPU") != "1":
     os.environ.setdefault("TRITON_INTERPRET", "1")
+
+pytest_plugins = ["agentpost.evidence.claims_plugin"]

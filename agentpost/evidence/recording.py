@@ -59,8 +59,8 @@ def _display(bundle: dict, name: str, *, data: bool) -> None:
     display(bundle, raw=True, metadata=metadata)
 
 
-def glue(name: str, value: Any) -> Any:
-    """Record ``value`` under ``name`` and show it; returns the recorded (JSON) value.
+def glue(name: str, value: Any) -> None:
+    """Record ``value`` under ``name`` and show it.
 
     ``scrapbook.read_notebook(nb).scraps[name].data`` returns it, the runner copies it into the receipt,
     and a book page can cite it with the ``glue:text`` role.
@@ -70,17 +70,15 @@ def glue(name: str, value: Any) -> Any:
     payload = _jsonable(value)
     scrap = {"name": name, "data": payload, "encoder": "json", "version": 1}
     _display({SCRAP_MIME: scrap, "text/plain": format_value(payload)}, name, data=True)
-    return payload
 
 
-def glue_table(name: str, frame: Any) -> list[dict]:
+def glue_table(name: str, frame: Any) -> None:
     """Record a pandas DataFrame as a list of row dicts and show it as an HTML table."""
     records = _jsonable(frame.reset_index(drop=True).to_dict(orient="records"))
     scrap = {"name": name, "data": records, "encoder": "json", "version": 1}
     html = frame.to_html(index=False, float_format=lambda x: f"{x:.{TEXT_DIGITS}g}", border=0)
     plain = frame.to_string(index=False, float_format=lambda x: f"{x:.{TEXT_DIGITS}g}")
     _display({SCRAP_MIME: scrap, "text/html": html, "text/plain": plain}, name, data=True)
-    return records
 
 
 def glue_figure(name: str, figure: Any) -> None:

@@ -1,0 +1,5 @@
+import sys
+
+from agentpost.cli import main
+
+sys.exit(main())

@@ -1,0 +1,49 @@
+"""Run a batch of specs through a backend with a progress bar and a summary table."""
+
+from __future__ import annotations
+
+import sys
+
+from tqdm.auto import tqdm
+
+from agentpost.run.backends import get_backend
+from agentpost.run.execute import RunResult, cached_result, clear_interrupted
+from agentpost.run.params import RunSpec
+
+
+def run_batch(specs: list[RunSpec], *, jobs: int = 1, backend: str = "local", force: bool = False,
+              stream=sys.stderr) -> list[RunResult]:
+    """Execute ``specs`` (cached ones are skipped without starting a process); returns results in spec order."""
+    if jobs < 1:
+        from agentpost.run.params import UsageError
+
+        raise UsageError(f"--jobs must be >= 1, got {jobs}")
+    chosen = get_backend(backend)
+    clear_interrupted()
+    results: dict[tuple, RunResult] = {}
+    todo = []
+    for spec in specs:
+        hit = None if force else cached_result(spec)
+        if hit:
+            results[(spec.chapter, spec.profile, spec.seed)] = hit
+        else:
+            todo.append(spec)
+    with tqdm(total=len(specs), initial=len(specs) - len(todo), desc="runs", unit="run", file=stream) as bar:
+        for result in chosen.submit(todo, jobs=min(jobs, max(len(todo), 1)), force=force):
+            results[(result.spec.chapter, result.spec.profile, result.spec.seed)] = result
+            bar.set_postfix_str(f"{result.spec.chapter}/{result.spec.seed}: {result.status}")
+            bar.update(1)
+    return [results[(s.chapter, s.profile, s.seed)] for s in specs]
+
+
+def summary_table(results: list[RunResult]) -> str:
+    rows = [("chapter", "profile", "seed", "status", "wall s", "metrics", "run")]
+    for r in results:
+        rows.append((r.spec.chapter, r.spec.profile, str(r.spec.seed), r.status, f"{r.wall_s:.1f}", str(r.metrics), r.run_dir))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    for r in results:
+        if r.error:
+            lines.append(f"FAILED {r.spec.chapter} seed {r.spec.seed}: {r.error}")
+    return "\n".join(lines)

@@ -1,0 +1,31 @@
+"""End to end: the ledger derives levels from tests and receipts, and the book builds with warnings as errors."""
+
+import json
+
+from tests.e2e.conftest import TINY, agentpost
+
+
+def test_ledger_and_book_build(project, tmp_path):
+    runs = agentpost(project, "run", "paired-protocol", "--seeds", "11,12,13", "--jobs", "2", *TINY)
+    assert runs.returncode == 0, runs.stderr[-2000:]
+    report = tmp_path / "claims.json"
+    report.write_text(json.dumps({"paired-protocol/C1": {"passed": 3, "failed": 0, "skipped": 0, "tests": []},
+                                  "paired-protocol/C2": {"passed": 1, "failed": 1, "skipped": 0, "tests": []}}))
+    ledger = agentpost(project, "ledger", "--claims-report", str(report))
+    assert ledger.returncode == 0, ledger.stderr
+    page = (project / "book" / "generated" / "ledger.md").read_text()
+    rows = {line.split("|")[2].strip()[:8]: line for line in page.splitlines() if line.startswith("| [paired-protocol]")}
+    assert rows["**C1** T"].rstrip().endswith("**mechanism** |")  # tests passed, no metric tied
+    assert rows["**C2** T"].rstrip().endswith("**none** |")  # a failing test withholds the level
+    assert rows["**C3** O"].rstrip().endswith("**diagnostic** |")  # three valid seeds record its metrics
+    assert "opsd (not started)" in page
+    evidence = (project / "book" / "generated" / "evidence" / "paired-protocol.md").read_text()
+    assert "| 11 | ok | yes" in evidence and "paired_trigram_vs_bigram" in evidence
+
+    book = agentpost(project, "book", "--skip-runs", "--claims-report", str(report))
+    assert book.returncode == 0, book.stdout[-3000:] + book.stderr[-3000:]
+    html = project / "_build" / "html"
+    chapter = (html / "notebooks" / "paired-protocol.html").read_text()
+    assert "interpolated trigram" in chapter and "Verdict:" in chapter
+    assert (html / "book" / "generated" / "ledger.html").is_file()
+    assert "diagnostic" in (html / "book" / "generated" / "ledger.html").read_text()
