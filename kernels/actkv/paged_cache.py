@@ -79,18 +79,21 @@ class PagedKVCache:
         """``(k_cache, v_cache, block_table, seq_lens)`` views of one layer, the arguments of every op."""
         return self.k[layer], self.v[layer], self.block_tables[layer], self.seq_lens[layer]
 
-    def _reserve(self, layer: int, request: int, n_total: int) -> None:
-        need = math.ceil(n_total / self.block_size)
-        table = self.block_tables[layer, request]
-        if need > table.numel():
-            raise ValueError(f"request {request} needs {need} blocks on layer {layer}; "
-                             f"max_blocks_per_request is {table.numel()}")
-        have = int((table >= 0).sum())
-        if need - have > len(self.free_blocks[layer]):
-            raise RuntimeError(f"layer {layer} is out of blocks ({len(self.free_blocks[layer])} free, "
-                               f"{need - have} needed)")
-        for j in range(have, need):
-            table[j] = self.free_blocks[layer].pop()
+    def _reserve(self, layer: int, requests: list[int], n_new: int) -> None:
+        """Give each request enough blocks for ``n_new`` more entries; on failure nothing is allocated."""
+        tables = self.block_tables[layer]
+        plan = []
+        for r in requests:
+            need = math.ceil((int(self.seq_lens[layer, r]) + n_new) / self.block_size)
+            if need > tables.shape[1]:
+                raise ValueError(f"request {r} needs {need} blocks on layer {layer}; "
+                                 f"max_blocks_per_request is {tables.shape[1]}")
+            have = int((tables[r] >= 0).sum())
+            plan += [(r, j) for j in range(have, need)]
+        if len(plan) > len(self.free_blocks[layer]):
+            raise RuntimeError(f"layer {layer} is out of blocks ({len(self.free_blocks[layer])} free, {len(plan)} needed)")
+        for r, j in plan:
+            tables[r, j] = self.free_blocks[layer].pop()
 
     def append(self, layer: int, k_new: torch.Tensor, v_new: torch.Tensor, requests=None) -> None:
         """Append ``k_new``/``v_new`` [len(requests), n_tokens, kv_heads, head_dim] to ``requests`` (default: all)."""
@@ -100,8 +103,7 @@ class PagedKVCache:
                              f"got {tuple(k_new.shape)} / {tuple(v_new.shape)}")
         n = k_new.shape[1]
         lens = self.seq_lens[layer]
-        for r in requests:
-            self._reserve(layer, r, int(lens[r]) + n)
+        self._reserve(layer, requests, n)
         rows = torch.tensor(requests, device=self.k.device)
         pos = lens[rows].long()[:, None] + torch.arange(n, device=self.k.device)[None, :]
         slots = slot_index(self.block_tables[layer], rows[:, None].expand(-1, n), pos, self.block_size)
