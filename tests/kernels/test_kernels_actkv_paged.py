@@ -6,7 +6,7 @@ import torch
 
 from agentpost.kernels.actkv import (PagedKVCache, append_kv, append_kv_reference, paged_decode_attention,
                                      paged_decode_attention_reference)
-from _actkv_helpers import dense_entries, random_paged
+from _actkv_helpers import DEVICE, dense_entries, randn, random_paged
 
 
 @pytest.mark.parametrize("group", [1, 4, 8])
@@ -14,7 +14,7 @@ from _actkv_helpers import dense_entries, random_paged
 def test_decode_matches_reference(group, lens, head_dim, block_size):
     kv_heads = 2
     k, v, table, seq = random_paged(lens, kv_heads, head_dim, block_size, seed=len(lens) + group)
-    q = torch.randn(len(lens), kv_heads * group, head_dim, generator=torch.Generator().manual_seed(1))
+    q = randn(torch.Generator().manual_seed(1), len(lens), kv_heads * group, head_dim)
     out, lse = paged_decode_attention(q, k, v, table, seq)
     ref_out, ref_lse = paged_decode_attention_reference(q, k, v, table, seq)
     torch.testing.assert_close(out, ref_out, atol=1e-5, rtol=1e-5)
@@ -25,7 +25,7 @@ def test_decode_matches_reference(group, lens, head_dim, block_size):
 def test_decode_lse_normalises_attention_exactly():
     """Spec mechanism test 4: sum_i exp(scale q.k_i - LSE) = 1 and the terms are the softmax row (fp32, 1e-6)."""
     k, v, table, seq = random_paged([29], kv_heads=1, head_dim=8, block_size=8, seed=3)
-    q = torch.randn(1, 2, 8, generator=torch.Generator().manual_seed(4))
+    q = randn(torch.Generator().manual_seed(4), 1, 2, 8)
     scale = 0.3
     _, lse = paged_decode_attention(q, k, v, table, seq, scale=scale)
     keys = dense_entries(k, table, seq, 0)[:, 0]  # [29, 8]
@@ -51,16 +51,16 @@ def test_cache_append_decode_follow_dense_attention():
     """Build from dense [layers, kv_heads, T, d], append a token, decode: equals dense attention over T+1 entries."""
     g = torch.Generator().manual_seed(5)
     L, H, T, D, G = 2, 2, 21, 16, 4
-    k, v = torch.randn(L, H, T, D, generator=g), torch.randn(L, H, T, D, generator=g)
+    k, v = randn(g, L, H, T, D), randn(g, L, H, T, D)
     cache = PagedKVCache.from_dense(k, v, block_size=8, extra_tokens=3)
     assert cache.seq_lens.tolist() == [[T], [T]]
     for layer in range(L):
         kd, vd = cache.to_dense(layer, 0)
         assert torch.equal(kd, k[layer]) and torch.equal(vd, v[layer])
-    k1, v1 = torch.randn(1, 1, H, D, generator=g), torch.randn(1, 1, H, D, generator=g)
+    k1, v1 = randn(g, 1, 1, H, D), randn(g, 1, 1, H, D)
     cache.append(1, k1, v1)
     assert cache.seq_lens[1].tolist() == [T + 1] and cache.seq_lens[0].tolist() == [T]
-    q = torch.randn(1, H * G, D, generator=g)
+    q = randn(g, 1, H * G, D)
     out, lse = cache.decode(1, q)
     kf = torch.cat([k[1], k1[0].transpose(0, 1)], dim=1).repeat_interleave(G, 0)  # [Hq, T+1, D]
     vf = torch.cat([v[1], v1[0].transpose(0, 1)], dim=1).repeat_interleave(G, 0)
@@ -70,7 +70,7 @@ def test_cache_append_decode_follow_dense_attention():
 
 
 def test_cache_allocator_limits_leave_state_unchanged():
-    cache = PagedKVCache(1, 2, 1, 4, num_blocks=3, max_blocks_per_request=3, block_size=4)
+    cache = PagedKVCache(1, 2, 1, 4, num_blocks=3, max_blocks_per_request=3, block_size=4, device=DEVICE)
     with pytest.raises(RuntimeError, match="out of blocks"):  # 2 requests x 2 blocks > 3
         cache.append(0, torch.randn(2, 5, 1, 4), torch.randn(2, 5, 1, 4))
     with pytest.raises(ValueError, match="max_blocks_per_request"):

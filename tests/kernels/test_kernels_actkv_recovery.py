@@ -4,14 +4,14 @@ import torch
 
 from agentpost.kernels.actkv import (PagedKVCache, head_reduce, keep_mask_from_scores, paged_decode_attention,
                                      recover_action_attention, recover_action_attention_reference)
-from _actkv_helpers import dense_entries, random_paged
+from _actkv_helpers import dense_entries, randn, random_paged
 
 
 def _queries(table, seq, kv_heads, group, head_dim, T, k, v, seed, ctx=None):
     """Action queries with the LSE the decode kernel returned when each was decoded (ctx entries visible)."""
     g = torch.Generator().manual_seed(seed)
     R = table.shape[0]
-    q = torch.randn(R, T, kv_heads * group, head_dim, generator=g)
+    q = randn(g, R, T, kv_heads * group, head_dim)
     if ctx is None:
         ctx = seq[:, None].repeat(1, T)
     lse = torch.zeros(R, T, kv_heads * group)
@@ -89,8 +89,8 @@ def test_paged_path_gives_dense_path_keep_set():
     """From dense [layers, kv_heads, T, d]: paged recovery + selection = dense softmax scoring + the same top-B."""
     g = torch.Generator().manual_seed(21)
     L, H, T, D, G, n_act, budget, prefix = 2, 2, 45, 16, 4, 3, 12, 5
-    k, v = torch.randn(L, H, T, D, generator=g), torch.randn(L, H, T, D, generator=g)
-    q = torch.randn(L, n_act, H * G, D, generator=g)
+    k, v = randn(g, L, H, T, D), randn(g, L, H, T, D)
+    q = randn(g, L, n_act, H * G, D)
     cache = PagedKVCache.from_dense(k, v, block_size=8)
     for layer in range(L):
         lse = torch.stack([cache.decode(layer, q[layer, t][None])[1][0] for t in range(n_act)])[None]
