@@ -49,6 +49,7 @@ def _check(k_cache, v_cache, block_table, seq_lens, keep):
     return bs
 
 
+
 def _padded_perm(rows, cols, values, R, width, device):
     perm = torch.full((R, width), -1, dtype=torch.long, device=device)
     perm[rows, cols] = values
@@ -56,7 +57,9 @@ def _padded_perm(rows, cols, values, R, width, device):
 
 
 def compaction_plan(block_table, seq_lens, keep, block_size) -> CompactionPlan:
-    """Algorithm 4's index arithmetic, vectorised over requests."""
+    """Algorithm 4's index arithmetic, vectorised over requests (``keep`` [R, N] with N >= every seq_len)."""
+    # the window [start, end) can reach past n into the dead tail of the last block: pad keep to the table width
+    keep = torch.nn.functional.pad(keep, (0, max(0, block_table.shape[1] * block_size - keep.shape[1])))
     device = keep.device
     n = seq_lens.long().to(device)
     B = keep.sum(1)

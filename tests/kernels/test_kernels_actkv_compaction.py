@@ -64,6 +64,20 @@ def test_compaction_matches_reference(method, kind):
     check_compaction(k, v, table, seq, *got, keep, freed, perm, bs, ordered=method == "gather")
 
 
+@pytest.mark.claim("actkv", "C5")
+@pytest.mark.parametrize("method", ["inplace", "gather"])
+def test_keep_mask_exactly_seq_len_wide_with_partial_last_block(method):
+    """keep may be [R, n]: Alg. 4's window then reaches into the dead tail of the partial last block."""
+    k, v, table, seq = random_paged([11], 2, 4, 4, seed=8)  # Y=3 blocks of 4, last one holds 3 entries
+    keep = torch.zeros(1, 11, dtype=torch.bool)
+    keep[0, [0, 1, 2, 9]] = True  # B=4 -> X=1, window [8, 12) ends past n=11; moves 0, 1, 2 into 8, 10, 11
+    state = clone_all(k, v, table, seq)
+    freed, perm = OPS[method][0](*state, keep)
+    check_compaction(k, v, table, seq, *state, keep, freed, perm, 4, ordered=method == "gather")
+    if method == "inplace":
+        assert perm[0].tolist() == [0, 9, 1, 2]
+
+
 def test_bad_keep_masks_raise():
     k, v, table, seq = random_paged([5], 1, 2, 4)
     dead = torch.zeros(1, 8, dtype=torch.bool)
