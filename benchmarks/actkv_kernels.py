@@ -175,8 +175,8 @@ def device_info(device):
     if device.type != "cuda":
         return {"kind": "cpu", "name": platform.processor() or platform.machine(), "count": 0}
     p = torch.cuda.get_device_properties(device)
-    return {"kind": "cuda", "name": p.name, "count": torch.cuda.device_count(), "memory_gib": round(p.total_memory / 2**30, 1),
-            "cuda": torch.version.cuda, "capability": f"{p.major}.{p.minor}"}
+    return {"kind": "cuda", "name": p.name, "count": torch.cuda.device_count(),
+            "memory_gib": round(p.total_memory / 2**30, 1), "cuda": torch.version.cuda, "capability": f"{p.major}.{p.minor}"}
 
 
 def main(argv=None):

@@ -19,7 +19,8 @@ def check_cache(k_cache: torch.Tensor, v_cache: torch.Tensor) -> int:
     if k_cache.dim() != 4:
         raise ValueError(f"k_cache must be [num_blocks, block_size, kv_heads, head_dim], got shape {tuple(k_cache.shape)}")
     if v_cache.shape != k_cache.shape or v_cache.dtype != k_cache.dtype or v_cache.device != k_cache.device:
-        raise ValueError(f"v_cache {tuple(v_cache.shape)}/{v_cache.dtype} must match k_cache {tuple(k_cache.shape)}/{k_cache.dtype}")
+        raise ValueError(f"v_cache {tuple(v_cache.shape)}/{v_cache.dtype} must match "
+                         f"k_cache {tuple(k_cache.shape)}/{k_cache.dtype}")
     check_k_cache(k_cache)
     if not v_cache.is_contiguous():
         raise ValueError("v_cache must be contiguous")

@@ -138,7 +138,8 @@ def compact_inplace_reference(k_cache, v_cache, block_table, seq_lens, keep):
             perm[d - start] = s
         perms.append(perm)
         freed_rows.append(table[: Y - X])
-        block_table[r] = torch.tensor(table[Y - X:] + [-1] * (Y - X), dtype=block_table.dtype, device=block_table.device)
+        block_table[r] = torch.tensor(table[Y - X:] + [-1] * (Y - X), dtype=block_table.dtype,
+                                      device=block_table.device)
         seq_lens[r] = B
     return _pad(freed_rows, block_table.dtype, block_table.device), _pad(perms, torch.long, keep.device)
 
@@ -190,6 +191,7 @@ def compact_gather_reference(k_cache, v_cache, block_table, seq_lens, keep):
         v_cache[new_b, new % bs] = v_work
         perms.append(kept.tolist())
         freed_rows.append(table[X:Y])
-        block_table[r] = torch.tensor(table[:X] + table[Y:] + [-1] * (Y - X), dtype=block_table.dtype, device=block_table.device)
+        block_table[r] = torch.tensor(table[:X] + table[Y:] + [-1] * (Y - X), dtype=block_table.dtype,
+                                      device=block_table.device)
         seq_lens[r] = B
     return _pad(freed_rows, block_table.dtype, block_table.device), _pad(perms, torch.long, keep.device)
