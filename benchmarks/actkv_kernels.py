@@ -237,13 +237,14 @@ def main(argv=None):
         "speedup_over_gather_min": min(r["speedup_op"] for r in rows),
         "recovery_over_read_max": max(r["recovery_over_read"] for r in rows),
     }
-    goals["met"] = (device.type == "cuda" and goals["compaction_frac_copy_bw_min"] >= 0.7
-                    and goals["speedup_over_gather_min"] >= 2 and goals["recovery_over_read_max"] <= 2)
+    goals["met"] = None if device.type != "cuda" else bool(
+        goals["compaction_frac_copy_bw_min"] >= 0.7 and goals["speedup_over_gather_min"] >= 2
+        and goals["recovery_over_read_max"] <= 2)
     print("goals (GPU only): compaction >= 70% of copy BW: min {:.1%}; >= 2x gather: min {:.2f}x; "
           "recovery <= 2x one K read: max {:.2f}x -> {}".format(goals["compaction_frac_copy_bw_min"],
                                                                goals["speedup_over_gather_min"],
                                                                goals["recovery_over_read_max"],
-                                                               "met" if goals["met"] else "not met"))
+                                                               {True: "met", False: "not met", None: "not evaluated on a CPU"}[goals["met"]]))
     receipt = {
         "schema": 1, "benchmark": "actkv_kernels", "mode": "correctness-only" if device.type != "cuda" else "timing",
         "sizes": sizes, "config": {**cfg, "compressions": [list(c) for c in cfg["compressions"]]},
