@@ -3,7 +3,7 @@ import pytest
 import torch
 
 from agentpost.kernels.actkv import compact_inplace, compaction_plan
-from _actkv_helpers import OPS, check_compaction, clone_all, randperm, random_paged
+from tests.kernels._actkv_helpers import OPS, check_compaction, clone_all, randperm, random_paged
 
 
 def _keep(lens, width, kind, seed=0):

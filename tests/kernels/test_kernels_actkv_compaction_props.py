@@ -3,7 +3,7 @@ import pytest
 import torch
 
 from agentpost.kernels.actkv import compaction_plan
-from _actkv_helpers import OPS, check_compaction, clone_all, random_paged
+from tests.kernels._actkv_helpers import OPS, check_compaction, clone_all, random_paged
 
 hypothesis = pytest.importorskip("hypothesis")  # a dev dependency; a bare GPU image may lack it
 from hypothesis import given, settings, strategies as st  # noqa: E402

@@ -6,7 +6,7 @@ import torch
 
 from agentpost.kernels.actkv import (PagedKVCache, append_kv, append_kv_reference, paged_decode_attention,
                                      paged_decode_attention_reference)
-from _actkv_helpers import DEVICE, dense_entries, randn, random_paged
+from tests.kernels._actkv_helpers import DEVICE, dense_entries, randn, random_paged
 
 
 @pytest.mark.parametrize("group", [1, 4, 8])

@@ -4,7 +4,7 @@ import torch
 
 from agentpost.kernels.actkv import (PagedKVCache, head_reduce, keep_mask_from_scores, paged_decode_attention,
                                      recover_action_attention, recover_action_attention_reference)
-from _actkv_helpers import dense_entries, randn, random_paged
+from tests.kernels._actkv_helpers import dense_entries, randn, random_paged
 
 
 def _queries(table, seq, kv_heads, group, head_dim, T, k, v, seed, ctx=None):
