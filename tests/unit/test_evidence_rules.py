@@ -1,0 +1,62 @@
+"""GPU-evidence rules, receipt sealing and parameter checks on hand-built inputs."""
+
+import copy
+
+import pytest
+
+from agentpost.catalogue import chapter
+from agentpost.evidence.receipt import seal
+from agentpost.evidence.validate import gpu_device_allowed, gpu_evidence_problems
+from agentpost.run.params import UsageError, check_parameters, parse_overrides, parse_seeds
+
+H200 = {"kind": "cuda", "name": "NVIDIA H200", "count": 1}
+
+
+def receipt(seed, device=H200, code="c1", status="ok"):
+    return {"chapter": "kite", "profile": "a100", "seed": seed, "status": status, "device": device,
+            "hashes": {"source_notebook": "s", "parameters": "p", "code_tree": code, "data": {}, "output_notebook": str(seed)}}
+
+
+def test_allowed_devices():
+    assert gpu_device_allowed(H200)
+    assert gpu_device_allowed({"kind": "cuda", "name": "NVIDIA A100-SXM4-80GB"})
+    assert not gpu_device_allowed({"kind": "cuda", "name": "NVIDIA GeForce RTX 4090"})
+    assert not gpu_device_allowed({"kind": "cpu", "name": "H100 lookalike CPU"})
+
+
+def test_gpu_evidence_needs_three_matching_seeds_on_allowed_devices():
+    assert gpu_evidence_problems([receipt(s) for s in (1, 2, 3)]) == []
+    assert "at least 3" in " ".join(gpu_evidence_problems([receipt(s) for s in (1, 2)]))
+    mixed = [receipt(1), receipt(2), receipt(3, code="c2")]
+    assert "differ in more than the seed" in " ".join(gpu_evidence_problems(mixed))
+    consumer = [receipt(1), receipt(2), receipt(3, device={"kind": "cuda", "name": "RTX 3090"})]
+    assert "seeds [3] did not run on an allowed CUDA device" in " ".join(gpu_evidence_problems(consumer))
+    failed = [receipt(1), receipt(2), receipt(3, status="failed")]
+    assert "seeds [3] failed" in " ".join(gpu_evidence_problems(failed))
+
+
+def test_seal_detects_any_edit():
+    sealed = seal(receipt(1))
+    assert seal(sealed)["receipt_sha256"] == sealed["receipt_sha256"]
+    edited = copy.deepcopy(sealed)
+    edited["device"]["name"] = "NVIDIA A100"
+    assert seal(edited)["receipt_sha256"] != sealed["receipt_sha256"]
+
+
+def test_parameter_checks_name_the_culprit():
+    protocol = chapter("paired-protocol")
+    assert check_parameters(protocol, {"n_boot": 10, "train_fraction": 1}, source="t") == {"n_boot": 10, "train_fraction": 1.0}
+    with pytest.raises(UsageError, match="unknown parameter 'nboot'"):
+        check_parameters(protocol, {"nboot": 10}, source="t")
+    with pytest.raises(UsageError, match="'n_boot' must be int"):
+        check_parameters(protocol, {"n_boot": True}, source="t")
+    with pytest.raises(UsageError, match="set by the seed list"):
+        check_parameters(protocol, {"seed": 3}, source="t")
+    assert parse_overrides(["a=1", "b=[1, 2]", "c=text", "d=0.5"]) == {"a": 1, "b": [1, 2], "c": "text", "d": 0.5}
+    with pytest.raises(UsageError, match="KEY=VALUE"):
+        parse_overrides(["novalue"])
+    assert parse_seeds("1,2", None, "t") == [1, 2]
+    with pytest.raises(UsageError, match="empty"):
+        parse_seeds(None, [], "t")
+    with pytest.raises(UsageError, match="duplicate"):
+        parse_seeds("1,1", None, "t")
