@@ -133,10 +133,6 @@ def ledger_rows(tests: dict, runs) -> list[ClaimStatus]:
 
 # ---------------------------------------------------------------- pages
 
-def _mark(ok: bool) -> str:
-    return "✅" if ok else "—"
-
-
 def _fmt(value) -> str:
     if isinstance(value, float):
         return f"{value:.4g}"
@@ -158,24 +154,30 @@ def ledger_page(rows: list[ClaimStatus]) -> str:
         "each claim; nothing here is typed by hand. A level is reached only when its rule holds (see",
         "[evidence levels](../evidence-levels.md)); levels are not interchangeable.",
         "",
-        "| chapter | claim | mechanism | diagnostic | GPU diagnostic | reproduction | level reached |",
-        "|---|---|---|---|---|---|---|",
+        "## Summary",
+        "",
+        "| chapter | status | claims | " + " | ".join(LEVELS) + " |",
+        "|---|---|---|" + "---|" * len(LEVELS),
     ]
-    for row in rows:
-        ch = row.chapter
-        name = f"[{ch.id}](evidence/{ch.id}.md)" if ch.started else f"{ch.id} (not started)"
-        text = row.claim.text.replace("|", "\\|")
-        lines.append(f"| {name} | **{row.claim.id}** {text} | " + " | ".join(_mark(row.levels[lvl]) for lvl in LEVELS)
-                     + f" | **{row.reached}** |")
-    lines += ["", "## Gaps toward a reproduction", ""]
     for ch in chapters():
-        status = "chapter started" if ch.started else "not started"
-        lines.append(f"### {ch.title}")
-        lines.append("")
-        lines.append(f"*{ch.id}* — {status}" + (f" · arXiv [{ch.arxiv}](https://arxiv.org/abs/{ch.arxiv})" if ch.arxiv else ""))
-        lines.append("")
-        lines += [f"- {g}" for g in ch.gaps]
-        lines.append("")
+        mine = [r for r in rows if r.chapter.id == ch.id]
+        name = f"[{ch.id}](#{ch.id})"
+        counts = " | ".join(str(sum(r.levels[lvl] for r in mine)) for lvl in LEVELS)
+        lines.append(f"| {name} | {'started' if ch.started else 'not started'} | {len(mine)} | {counts} |")
+    lines += ["", "Each count is the number of the chapter's claims that reached that level.", ""]
+    for ch in chapters():
+        lines += [f"({ch.id})=", f"## {ch.title}", ""]
+        meta = [f"*{ch.id}*", "chapter started" if ch.started else "**not started**"]
+        if ch.arxiv:
+            meta.append(f"arXiv [{ch.arxiv}](https://arxiv.org/abs/{ch.arxiv})")
+        if ch.started:
+            meta.append(f"[runs and metrics](evidence/{ch.id}.md)")
+        lines += [" · ".join(meta), "", "| claim | level reached | how it was derived |", "|---|---|---|"]
+        for row in (r for r in rows if r.chapter.id == ch.id):
+            text = row.claim.text.replace("|", "\\|")
+            how = "<br>".join(f"{k}: {v}" for k, v in row.notes.items())
+            lines.append(f"| **{row.claim.id}** {text} | **{row.reached}** | {how} |")
+        lines += ["", "**Gaps toward a reproduction**", ""] + [f"- {g}" for g in ch.gaps] + [""]
     return "\n".join(lines)
 
 
