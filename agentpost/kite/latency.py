@@ -1,6 +1,7 @@
 """Prefill and per-token decode latency of the SST and the dense baselines, measured in one run.
 
-Timing is wall clock with ``time.perf_counter`` on CPU and CUDA events on a GPU; every number is the median of
+Timing is process CPU time (``time.process_time``) on CPU, so that other processes on a shared machine do not
+inflate it (with one thread it is the compute time of the measured call), and CUDA events on a GPU; every number is the median of
 ``repeats`` runs (p20/p80 kept), and ratios are taken against the dense matched-FLOPs model measured in the same
 run. Weights are random: latency does not depend on them. Achieved GFLOP/s (analytic FLOPs / median time) shows
 whether a shape is compute-bound: compute-bound shapes run at a roughly constant rate, so time ratios track FLOP
@@ -21,7 +22,7 @@ LATENCY_ARMS = ("sst", "dense_flops", "dense_kv")
 
 
 def _timer(device: torch.device):
-    """A function ``time_ms(fn) -> float`` for ``device`` (CUDA events on a GPU, perf_counter on CPU)."""
+    """A function ``time_ms(fn) -> float`` for ``device`` (CUDA events on a GPU, process CPU time on CPU)."""
     if device.type == "cuda":
         def time_ms(fn) -> float:
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -32,9 +33,9 @@ def _timer(device: torch.device):
             return float(start.elapsed_time(end))
     else:
         def time_ms(fn) -> float:
-            t0 = time.perf_counter()
+            t0 = time.process_time()
             fn()
-            return (time.perf_counter() - t0) * 1e3
+            return (time.process_time() - t0) * 1e3
     return time_ms
 
 

@@ -39,6 +39,7 @@ class TrainSpec:
     clip: float = 1.0
     threads: int = 1
     expansion_init: str = "copy"
+    device: str = "cpu"  # CPU runs are deterministic for a seed (fixed threads); CUDA runs need not be
 
     def __post_init__(self) -> None:
         for name in ("seq_len", "batch_size", "stage1_updates", "stage2_updates", "threads"):
@@ -108,7 +109,7 @@ def fit(model: torch.nn.Module, stream: torch.Tensor, batch_sizes: list[int], lr
     for step, b in enumerate(batch_sizes):
         for group in opt.param_groups:
             group["lr"] = lr_at(step, len(batch_sizes), lr, spec.warmup)
-        batch = sample_windows(stream, b, spec.seq_len, gen)
+        batch = sample_windows(stream, b, spec.seq_len, gen).to(spec.device)
         logits = model(batch[:, :-1])
         loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), batch[:, 1:].reshape(-1))
         opt.zero_grad(set_to_none=True)
@@ -138,18 +139,18 @@ def train_arm(kind: str, stream: torch.Tensor, spec: TrainSpec, lr: float, seed:
     torch.set_num_threads(spec.threads)
     torch.manual_seed(seed)
     gen = torch.Generator().manual_seed(seed + 1)
-    sst = build("sst", **model_kwargs)
+    sst = build("sst", **model_kwargs).to(spec.device)
     budget = sst_budget(sst, spec)
     if kind == "sst":
         torch.manual_seed(seed)
-        stage1 = DenseLM(sst.cfg.prefiller)
+        stage1 = DenseLM(sst.cfg.prefiller).to(spec.device)
         losses = fit(stage1, stream, [spec.batch_size] * spec.stage1_updates, lr, spec, gen)
         model = expand(stage1, sst, spec.expansion_init)
         losses += fit(model, stream, [spec.batch_size] * spec.stage2_updates, lr, spec, gen)
         sizes, spent = [spec.batch_size] * spec.updates, budget
     else:
         torch.manual_seed(seed)
-        model = build(kind, **{k: v for k, v in model_kwargs.items() if k in _DENSE_KEYS})
+        model = build(kind, **{k: v for k, v in model_kwargs.items() if k in _DENSE_KEYS}).to(spec.device)
         per_seq = training_flops_per_sequence(model.cfg, spec.seq_len)
         sizes = match_budget(budget, per_seq, spec.updates)
         losses = fit(model, stream, sizes, lr, spec, gen)
@@ -166,12 +167,13 @@ def per_article_nll(model: torch.nn.Module, windows: torch.Tensor, owner: torch.
                     batch: int = 64) -> np.ndarray:
     """Mean next-token NLL (nats/token) per article over its windows (items of the paired comparison)."""
     model.eval()
+    device = next(model.parameters()).device
     per_window = []
     for i in range(0, windows.shape[0], batch):
-        w = windows[i: i + batch]
+        w = windows[i: i + batch].to(device)
         logits = model(w[:, :-1])
         nll = F.cross_entropy(logits.transpose(1, 2), w[:, 1:], reduction="none").mean(dim=1)
         per_window.append(nll)
-    per_window = torch.cat(per_window)
+    per_window = torch.cat(per_window).cpu()
     ids = torch.unique(owner)
     return np.array([float(per_window[owner == a].mean()) for a in ids.tolist()])
