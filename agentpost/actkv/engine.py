@@ -244,6 +244,7 @@ class TraceResult:
     logprob: np.ndarray
     top1: np.ndarray
     action_mask: np.ndarray
+    target_ids: np.ndarray
     stats: SessionStats
     policy: str
     budget: int | None
@@ -267,12 +268,14 @@ def _segments(layout: RoundLayout, n: int, chunk: int, boundaries: set[int]) -> 
 @torch.no_grad()
 def score_trace(model, input_ids: Sequence[int], layout: RoundLayout, policy: KVPolicy, budget: int | None, *,
                 chunk: int = 32, budget_rule: ConfidenceBudget | None = None, kv_backend: str = "dense",
-                confidence_form: str = "deepconf_topk") -> TraceResult:
+                confidence_form: str = "deepconf_topk",
+                compress_points: Sequence[int] | None = None) -> TraceResult:
     """Teacher-forced scoring of a trace under ``policy`` at budget ``B`` (evictable entries per layer).
 
     Prefill the protected prefix, then feed each round in chunks of at most ``chunk`` tokens (split at action
     region starts so the accumulator resets at the right token). Round-boundary policies compress before the
-    first token of every round after the first; overflow policies compress after any chunk that leaves more than
+    first token of every round after the first (or at ``compress_points``, e.g. right after each round's
+    observation); overflow policies compress after any chunk that leaves more than
     ``B + L_bar`` evictable entries.
     """
     ids = torch.as_tensor(list(input_ids), dtype=torch.long)
@@ -289,7 +292,9 @@ def score_trace(model, input_ids: Sequence[int], layout: RoundLayout, policy: KV
     round_of = np.full(n, -1)
     for r, (a, b) in enumerate(layout.round_spans):
         round_of[a:b] = r
-    round_starts = {a for a, _ in layout.round_spans[1:]}
+    points = {a for a, _ in layout.round_spans[1:]} if compress_points is None else set(compress_points)
+    if not all(layout.prefix_len < p < n for p in points):
+        raise ValueError(f"compression points must lie inside the rounds ({layout.prefix_len}, {n}): {sorted(points)}")
     region_starts = set(layout.region_starts)
 
     def record(logits: torch.Tensor, first: int) -> None:
@@ -301,14 +306,14 @@ def score_trace(model, input_ids: Sequence[int], layout: RoundLayout, policy: KV
 
     pre = layout.prefix_len
     record(sess.feed(ids[:pre], targets=ids[1 : pre + 1]), 0)
-    for a, b in _segments(layout, n, chunk, round_starts):
-        if a in round_starts and policy.compress_at == "round_boundary":
+    for a, b in _segments(layout, n, chunk, points):
+        if a in points and policy.compress_at == "round_boundary":
             sess.compress()
         sess.round = int(round_of[a])
         record(sess.feed(ids[a:b], amask[a:b], a in region_starts, targets=ids[a + 1 : b + 1]), a)
         if sess.should_compress_mid_round(layout.mean_round_len):
             sess.compress()
-    return TraceResult(logprob, top1, np.array(layout.action_mask), sess.stats, policy.name, budget)
+    return TraceResult(logprob, top1, np.array(layout.action_mask), ids.numpy(), sess.stats, policy.name, budget)
 
 
 @torch.no_grad()
