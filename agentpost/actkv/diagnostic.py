@@ -118,8 +118,8 @@ def fidelity(res: TraceResult, ref: TraceResult, name_mask: Sequence[bool] = ())
         "top1_agreement": float((res.top1[m] == ref.top1[m]).mean()),
         "peak_entries": int(res.peak_entries),
         "peak_frac": float(res.peak_entries / ref.peak_entries),
-        "ms_per_token": 1e3 * sum(res.stats.decode_s.values()) / sum(res.stats.tokens.values()),
-        "overhead_frac": sum(res.stats.overhead_s.values()) / max(sum(res.stats.decode_s.values()), 1e-12),
+        "ms_per_token": res.decode_ms_per_token(),
+        "overhead_frac": res.overhead_frac(),
         "final_budget": int(res.stats.budgets[-1]) if res.stats.budgets else (res.budget or 0),
     }
     if len(name_mask):

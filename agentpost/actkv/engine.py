@@ -105,7 +105,9 @@ def compact_cache(cache, keep: Sequence[torch.Tensor], prefix_len: int) -> None:
 
 @dataclass
 class SessionStats:
-    """Per-round measurements of a session (round index -> value)."""
+    """Per-round measurements of a session (round index -> value). Round ``r`` is the stretch between the
+    ``r``-th and ``(r+1)``-th compression boundary (round 0 starts after the prefix); the prefix prefill is
+    recorded as round ``-1`` and left out of per-token decode figures."""
 
     peak_entries: dict[int, int] = field(default_factory=dict)  # max cache length per layer (incl. prefix)
     decode_s: dict[int, float] = field(default_factory=dict)  # forward time minus the policy's observe time
@@ -151,7 +153,7 @@ class CompressedSession:
         self.confidence: TokenConfidence | None = None
         self.confidence_k, self.confidence_form = confidence_k, confidence_form
         self.stats = SessionStats()
-        self.round = 0
+        self.round = -1  # prefix prefill; the loops advance it at each round boundary
         self._observe_s = 0.0
 
     @property
@@ -257,6 +259,16 @@ class TraceResult:
     def peak_entries(self) -> int:
         return max(self.stats.peak_entries.values())
 
+    def decode_ms_per_token(self) -> float:
+        """Forward time per fed token after the prefix prefill (rounds >= 0)."""
+        st = self.stats
+        return 1e3 * sum(v for r, v in st.decode_s.items() if r >= 0) / sum(v for r, v in st.tokens.items() if r >= 0)
+
+    def overhead_frac(self) -> float:
+        """Policy time (observe + score + select + compact) over forward time, rounds >= 0."""
+        st = self.stats
+        return sum(v for r, v in st.overhead_s.items() if r >= 0) / sum(v for r, v in st.decode_s.items() if r >= 0)
+
 
 def _segments(layout: RoundLayout, n: int, chunk: int, boundaries: set[int]) -> list[tuple[int, int]]:
     cuts = {layout.prefix_len, n} | boundaries | set(layout.region_starts)
@@ -289,9 +301,6 @@ def score_trace(model, input_ids: Sequence[int], layout: RoundLayout, policy: KV
     logprob = np.zeros(n)
     top1 = np.zeros(n, dtype=np.int64)
     amask = torch.tensor(layout.action_mask)
-    round_of = np.full(n, -1)
-    for r, (a, b) in enumerate(layout.round_spans):
-        round_of[a:b] = r
     points = {a for a, _ in layout.round_spans[1:]} if compress_points is None else set(compress_points)
     if not all(layout.prefix_len < p < n for p in points):
         raise ValueError(f"compression points must lie inside the rounds ({layout.prefix_len}, {n}): {sorted(points)}")
@@ -306,10 +315,12 @@ def score_trace(model, input_ids: Sequence[int], layout: RoundLayout, policy: KV
 
     pre = layout.prefix_len
     record(sess.feed(ids[:pre], targets=ids[1 : pre + 1]), 0)
+    sess.round = 0
     for a, b in _segments(layout, n, chunk, points):
-        if a in points and policy.compress_at == "round_boundary":
-            sess.compress()
-        sess.round = int(round_of[a])
+        if a in points:
+            sess.round += 1
+            if policy.compress_at == "round_boundary":
+                sess.compress()
         record(sess.feed(ids[a:b], amask[a:b], a in region_starts, targets=ids[a + 1 : b + 1]), a)
         if sess.should_compress_mid_round(layout.mean_round_len):
             sess.compress()
@@ -331,6 +342,7 @@ def generate(model, tokenizer, prompt_ids: Sequence[int], prefix_len: int, polic
     for t in ids[prefix_len:].tolist():
         det.push(tokenizer.decode([t], skip_special_tokens=False))
     logits = sess.feed(ids[:prefix_len])
+    sess.round = 0
     if ids.numel() > prefix_len:
         logits = sess.feed(ids[prefix_len:])
     out: list[int] = []
@@ -349,9 +361,9 @@ def generate(model, tokenizer, prompt_ids: Sequence[int], prefix_len: int, polic
                 for t in obs:
                     det.push(tokenizer.decode([t], skip_special_tokens=False))
                 logits = sess.feed(torch.tensor(obs))
+            sess.round += 1
             if policy.compress_at == "round_boundary":
                 sess.compress()
-            sess.round += 1
         elif sess.should_compress_mid_round(mean_round_len):
             sess.compress()
     return out, sess.stats

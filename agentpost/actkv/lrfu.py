@@ -121,7 +121,7 @@ def select_top_b(scores: torch.Tensor, budget: int) -> torch.Tensor:
         raise ValueError(f"budget must be >= 0, got {budget}")
     n = scores.shape[-1]
     if budget >= n:
-        return torch.arange(n).expand(*scores.shape[:-1], n).clone()
+        return torch.arange(n, device=scores.device).expand(*scores.shape[:-1], n).clone()
     rev = torch.flip(scores, dims=[-1])  # stable sort on the reversed row puts later indices first among ties
     _, order = torch.sort(rev, dim=-1, descending=True, stable=True)
     keep = n - 1 - order[..., :budget]

@@ -9,7 +9,8 @@ which entries survived (:meth:`KVPolicy.on_compact`).
 
 Scores are ``(G, N)`` with ``G = 1`` (one keep set shared by all KV heads) or ``G = n_kv_heads`` (per KV head).
 The pure score functions (``*_scores``) carry the formulas of kv-baselines.md and are unit-tested on hand-built
-attention matrices.
+attention matrices. Policy state (accumulators, keep scores) lives on the CPU in float64; attention arrives on
+the model's device and is reduced there before it is copied.
 """
 
 from __future__ import annotations
@@ -62,7 +63,7 @@ def snapkv_scores(window_attn: torch.Tensor, window: int, kernel: int = 5, pool:
         s = F.avg_pool1d(v, kernel, stride=1, padding=pad, count_include_pad=True).squeeze(1)
     else:
         s = F.max_pool1d(v, kernel, stride=1, padding=pad).squeeze(1)
-    return torch.cat([s[:, : t - window], torch.full((g, window), math.inf, dtype=torch.float64)], dim=1)
+    return torch.cat([s[:, : t - window], torch.full((g, window), math.inf, dtype=torch.float64, device=s.device)], dim=1)
 
 
 def rkv_redundancy(keys: torch.Tensor, threshold: float = 0.5) -> torch.Tensor:
@@ -77,7 +78,8 @@ def rkv_redundancy(keys: torch.Tensor, threshold: float = 0.5) -> torch.Tensor:
     sim = kn @ kn.transpose(-1, -2)
     n = sim.shape[-1]
     sim.diagonal(dim1=-2, dim2=-1).zero_()
-    idx = torch.where(sim > threshold, torch.arange(n).view(1, 1, n), torch.zeros((), dtype=torch.long))
+    idx = torch.where(sim > threshold, torch.arange(n, device=sim.device).view(1, 1, n),
+                      torch.zeros((), dtype=torch.long, device=sim.device))
     retain = idx.max(dim=-1).values  # (G, N): most recent similar entry per row
     sim.scatter_(-1, retain.unsqueeze(-1), 0.0)
     return sim.mean(dim=-2).softmax(dim=-1)
@@ -100,7 +102,7 @@ def rkv_scores(window_logits: torch.Tensor, keys: torch.Tensor, window: int, ker
     attn = attn.squeeze(1)[:, : n - window]
     red = rkv_redundancy(keys, threshold)[:, : n - window]
     s = mix_lambda * attn - (1 - mix_lambda) * red
-    return torch.cat([s, torch.full((g, window), math.inf, dtype=torch.float64)], dim=1)
+    return torch.cat([s, torch.full((g, window), math.inf, dtype=torch.float64, device=s.device)], dim=1)
 
 
 def group_pool(x: torch.Tensor, n_kv_heads: int, how: str) -> torch.Tensor:
@@ -197,7 +199,7 @@ class H2O(KVPolicy):
 
     def observe(self, layer, attn, queries, action_rows, region_open, scaling):
         super().observe(layer, attn, queries, action_rows, region_open, scaling)
-        col = group_pool(attn[:, :, self.prefix_len :].sum(dim=1).to(torch.float64), self.n_kv_heads, self.group)
+        col = group_pool(attn[:, :, self.prefix_len :].sum(dim=1).to(torch.float64), self.n_kv_heads, self.group).cpu()
         hh = self._hh[layer]
         if col.shape[1] > hh.shape[1]:
             hh = torch.cat([hh, torch.zeros(hh.shape[0], col.shape[1] - hh.shape[1], dtype=hh.dtype)], dim=1)
@@ -230,8 +232,8 @@ class SnapKV(KVPolicy):
         n = keys.shape[1]
         k = keys.repeat_interleave(q.shape[0] // keys.shape[0], dim=0)
         logits = (q @ k.transpose(-1, -2)).to(torch.float64) * self.scaling  # (H_q, w, N)
-        qpos = torch.arange(n - w, n).view(w, 1)
-        logits = logits.masked_fill(torch.arange(n).view(1, n) > qpos, -math.inf)  # causal inside the window
+        qpos = torch.arange(n - w, n, device=logits.device).view(w, 1)
+        logits = logits.masked_fill(torch.arange(n, device=logits.device).view(1, n) > qpos, -math.inf)  # causal inside the window
         attn = group_pool(torch.softmax(logits, dim=-1), self.n_kv_heads, self.head_mode.removeprefix("kv_group_"))
         return snapkv_scores(attn[:, :, self.prefix_len :], w, self.kernel, self.pool)
 
@@ -273,8 +275,8 @@ class ActKV(KVPolicy):
         if region_open:
             self._acc[layer].reset()
         if action_rows.any():
-            rows = attn[:, action_rows, self.prefix_len :]
-            self._acc[layer].add(reduce_heads(rows, self.n_kv_heads, self.head_reduce))
+            rows = attn[:, action_rows.to(attn.device), self.prefix_len :]
+            self._acc[layer].add(reduce_heads(rows, self.n_kv_heads, self.head_reduce).cpu())
 
     def score(self, layer, keys):
         n = keys.shape[1] - self.prefix_len
