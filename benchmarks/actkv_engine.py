@@ -24,7 +24,7 @@ import time
 
 import torch
 
-from agentpost.actkv.diagnostic import DiagTrace, budget_for, diag_trace
+from agentpost.actkv.diagnostic import DiagTrace, budget_for, diag_trace, round_bounds
 from agentpost.actkv.engine import score_trace
 from agentpost.actkv.policies import make_policy
 
@@ -97,15 +97,11 @@ def main(argv=None) -> dict:
                               chunk=1, compress_points=tr.compress_points)
             runs.append((res, time.perf_counter() - t0))
         st = [r.stats for r, _ in runs]
-        rounds = sorted(r for r in st[0].tokens if r >= 0)  # round -1 is the prefix prefill
-        pts = [lay.prefix_len, *tr.compress_points, len(tr)]  # round r = [pts[r], pts[r+1]) between boundaries
         per_round = []
-        for r in rounds:
-            a, b = pts[r], pts[r + 1]
+        for r, peak, bound in round_bounds(runs[0][0], tr):  # round r: between compression boundaries r, r+1
             dec = statistics.median(s.decode_s[r] for s in st)
             ovh = statistics.median(s.overhead_s.get(r, 0.0) for s in st)
-            per_round.append({"round": r, "tokens": st[0].tokens[r], "peak_entries": st[0].peak_entries[r],
-                              "bound": lay.prefix_len + (b if method == "fullkv" else budget + (b - a)),
+            per_round.append({"round": r, "tokens": st[0].tokens[r], "peak_entries": peak, "bound": bound,
                               "decode_ms_per_token": 1e3 * dec / st[0].tokens[r], "overhead_frac": ovh / dec})
         results[method] = {"per_round": per_round,
                            "decode_ms_per_token": statistics.median(r.decode_ms_per_token() for r, _ in runs),

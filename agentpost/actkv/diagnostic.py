@@ -110,10 +110,27 @@ def run_method(model, trace: DiagTrace, method: str, ratio: float | None, *, chu
                        compress_points=trace.compress_points)
 
 
-def fidelity(res: TraceResult, ref: TraceResult, name_mask: Sequence[bool] = ()) -> dict:
+def round_bounds(res: TraceResult, trace: DiagTrace) -> list[tuple[int, int, int]]:
+    """``(round, peak entries, bound)`` per round, bound = prefix + B + the round's length, where round ``r`` is the
+    stretch between compression boundaries ``r`` and ``r + 1`` (FullKV: prefix + tokens so far)."""
+    pts = [trace.layout.prefix_len, *trace.compress_points, len(trace)]
+    out = []
+    for r, peak in sorted(res.stats.peak_entries.items()):
+        if r < 0:
+            continue
+        a, b = pts[r], pts[r + 1]
+        budget = max(res.stats.budgets[:r] or [res.budget or 0])
+        bound = b if res.budget is None else trace.layout.prefix_len + budget + (b - a)
+        out.append((r, int(peak), int(bound)))
+    return out
+
+
+def fidelity(res: TraceResult, ref: TraceResult, trace: DiagTrace) -> dict:
     """Per-trace fidelity of ``res`` to the FullKV run ``ref`` (same trace)."""
     m = res.action_mask
+    name_mask = trace.name_mask
     out = {
+        "peak_within_bound": float(all(p <= bd for _, p, bd in round_bounds(res, trace))),
         "nll_increase_nats": float((-res.logprob[m] + ref.logprob[m]).mean()),
         "top1_agreement": float((res.top1[m] == ref.top1[m]).mean()),
         "peak_entries": int(res.peak_entries),
@@ -156,7 +173,56 @@ def run_grid(model, traces_by_seed: dict[int, list[DiagTrace]], *, methods: Sequ
                     res = run_method(model, tr, method, ratio, chunk=chunk, policy_kwargs=policy_kwargs,
                                      adaptive_budget=adaptive)
                     rows.append({"seed": seed, "trace": tr.trace_id, "method": arm, "ratio": ratio,
-                                 "n_tokens": len(tr), **fidelity(res, ref, tr.name_mask)})
+                                 "n_tokens": len(tr), **fidelity(res, ref, tr)})
                 rows.append({"seed": seed, "trace": tr.trace_id, "method": "fullkv", "ratio": ratio,
-                             "n_tokens": len(tr), **fidelity(ref, ref, tr.name_mask)})
+                             "n_tokens": len(tr), **fidelity(ref, ref, tr)})
     return pd.DataFrame(rows)
+
+
+def load_diagnostic_model(name: str = "tool-lm", *, device: str = "cpu", dtype: str = "float32"):
+    """``(model, tokenizer, checkpoint_label)`` in eager attention: the project's tool LM (``"tool-lm"``) or a
+    Hugging Face hub model id (e.g. ``"Qwen/Qwen3-1.7B"``). Raises ``RuntimeError`` naming what is missing."""
+    torch_dtype = getattr(torch, dtype)
+    if name == "tool-lm":
+        try:
+            from agentpost.models.lm import DEFAULT_DIR, load_tool_lm
+        except ImportError as err:
+            raise RuntimeError(f"the project's tool LM (agentpost.models.lm) is not available: {err}") from err
+        try:
+            model, tok = load_tool_lm(attn_implementation="eager", dtype=torch_dtype)
+        except FileNotFoundError as err:
+            raise RuntimeError(str(err)) from err
+        return model.to(device), tok, f"tool-lm@{DEFAULT_DIR.name}"
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    try:
+        tok = AutoTokenizer.from_pretrained(name)
+        model = AutoModelForCausalLM.from_pretrained(name, attn_implementation="eager", dtype=torch_dtype)
+    except OSError as err:
+        raise RuntimeError(f"weights for {name!r} are not available here (hub unreachable and not in the local "
+                           f"cache); run this profile where the Hugging Face hub is reachable. ({err})") from err
+    return model.to(device).eval(), tok, name
+
+
+def fidelity_table(df):
+    """Mean of every metric per (method, ratio) over seeds and traces."""
+    cols = [c for c in ("nll_increase_nats", "top1_agreement", "name_exact", "peak_frac", "peak_within_bound",
+                        "ms_per_token", "overhead_frac", "final_budget") if c in df.columns]
+    return df.groupby(["method", "ratio"], sort=False)[cols].mean().reset_index()
+
+
+def per_seed_values(df, method: str, ratio: float, metric: str) -> dict[int, list[float]]:
+    """``{seed: [metric per trace, ordered by trace id]}`` for the paired protocol."""
+    sub = df[(df.method == method) & (df.ratio == ratio)].sort_values(["seed", "trace"])
+    return {int(s): g[metric].astype(float).tolist() for s, g in sub.groupby("seed")}
+
+
+def paired_vs_baselines(df, *, ratio: float, meta, metric: str = "nll_increase_nats", higher_is_better: bool = False,
+                        baselines: Sequence[str] = BASELINES, min_effect: float = 0.0, method: str = "actkv") -> dict:
+    """ActKV (arm b) against each baseline (arm a) through :func:`agentpost.stats.paired.compare`."""
+    from agentpost.stats.paired import compare
+
+    b = per_seed_values(df, method, ratio, metric)
+    return {base: compare(per_seed_values(df, base, ratio, metric), b, meta_a=meta, meta_b=meta,
+                          higher_is_better=higher_is_better, name_a=base, name_b=method, min_effect=min_effect)
+            for base in baselines if base in set(df.method)}

@@ -38,6 +38,7 @@ def test_compress_points_follow_the_observation(setup):
     assert acts.count("</tool_call>") == 3 and "<tool_call>" not in acts
 
 
+@pytest.mark.claim("actkv", "C3")
 def test_grid_fullkv_is_its_own_reference(setup):
     model, _, tr = setup
     df = run_grid(model, {42: [tr]}, ratios=(0.25,), chunk=32)
@@ -45,6 +46,7 @@ def test_grid_fullkv_is_its_own_reference(setup):
     assert full.nll_increase_nats == 0 and full.top1_agreement == 1 and full.peak_frac == 1
     assert set(df.method) == {"fullkv", "streamingllm", "h2o", "snapkv", "rkv", "actkv", "actkv+budget"}
     assert (df.peak_frac <= 1).all()
+    assert (df[df.method.str.startswith("actkv")].peak_within_bound == 1).all()
     assert budget_for(tr, 0.25) == round(0.25 * len(tr))
     with pytest.raises(ValueError, match="budget ratio"):
         budget_for(tr, 0)
