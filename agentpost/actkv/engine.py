@@ -194,7 +194,8 @@ class CompressedSession:
         logits = out.logits[0].float()
         if self.budget_rule is not None and self.n_seen > self.prefix_len:
             lo = max(0, self.prefix_len - (self.n_seen - q))  # confidence of non-prefix positions only
-            conf = confidence_from_logits(logits[lo:], None if targets is None else targets[lo:],
+            hi = q if targets is None else min(q, targets.numel())  # the last position may have no target
+            conf = confidence_from_logits(logits[lo:hi], None if targets is None else targets[lo:hi],
                                           k=self.confidence_k, form=self.confidence_form)
             self.confidence = conf if self.confidence is None else self.confidence.concat(conf)
         return logits
@@ -211,8 +212,7 @@ class CompressedSession:
         t0 = time.perf_counter()
         if self.budget_rule is not None and self.confidence is not None:
             self.budget = self.budget_rule.update(self.confidence)
-        if hasattr(self.policy, "budget"):
-            self.policy.budget = self.budget
+        self.policy.budget = self.budget
         keep = []
         for layer_idx, layer in enumerate(self.cache.layers):
             scores = self.policy.score(layer_idx, layer.keys[0])

@@ -9,7 +9,9 @@ Pieces, each callable on its own (the dense engine and the paged kernels share t
   :math:`a^{(r)}_{\\ell,i}`, reset when a new region opens;
 - :func:`nucleus_hits` — the top-p hit set :math:`H^{(r)}_\\ell`;
 - :func:`lrfu_update` — :math:`\\mathrm{KS}\\leftarrow\\lambda\\,\\mathrm{KS}+\\mathbb 1[i\\in H]\\,a_i`;
-- :func:`select_top_b` — the per-layer top-B keep set with the recency tie-break (ambiguity 8).
+- :func:`select_top_b` — the per-layer top-B keep set with the recency tie-break (ambiguity 8);
+- :func:`algorithm1_step` — all of the above for one layer and one round boundary, from the round's mean action
+  attention (however it was obtained: eager probabilities here, LSE recovery in the paged kernels).
 """
 
 from __future__ import annotations
@@ -126,3 +128,14 @@ def select_top_b(scores: torch.Tensor, budget: int) -> torch.Tensor:
     _, order = torch.sort(rev, dim=-1, descending=True, stable=True)
     keep = n - 1 - order[..., :budget]
     return torch.sort(keep, dim=-1).values
+
+
+def algorithm1_step(a: torch.Tensor, ks: torch.Tensor, budget: int, *, p: float = 0.9,
+                    decay: float = 0.5) -> tuple[torch.Tensor, torch.Tensor]:
+    """One layer's compression at a round boundary: ``a`` ``(G, N)`` = the round's mean action attention over the
+    evictable entries (:class:`ActionAccumulator`), ``ks`` ``(G, N')`` the keep scores (``N' <= N``, new entries 0).
+
+    Returns ``(keep, ks_kept)``: the kept indices ``(G, min(B, N))`` (ascending) and their updated keep scores."""
+    ks = lrfu_update(ks, a, nucleus_hits(a, p), decay)
+    keep = select_top_b(ks, budget)
+    return keep, torch.gather(ks, -1, keep)

@@ -125,6 +125,8 @@ class KVPolicy:
     query_window: int = 0
     #: re-rotate keys to in-cache positions after compaction (StreamingLLM's position shift)
     rerotate_keys: bool = False
+    #: the budget B in force; the engine sets it before every compression (H2O sizes its recent window from it)
+    budget: int = 0
 
     def reset(self, n_layers: int, n_kv_heads: int, prefix_len: int) -> None:
         self.n_layers, self.n_kv_heads, self.prefix_len = n_layers, n_kv_heads, prefix_len
@@ -157,7 +159,7 @@ class KVPolicy:
 
     def describe(self) -> dict:
         return {k: v for k, v in vars(self).items() if not k.startswith("_") and isinstance(v, (int, float, str, bool))
-                and k not in ("n_layers", "n_kv_heads", "prefix_len", "scaling")}
+                and k not in ("n_layers", "n_kv_heads", "prefix_len", "scaling", "budget")}
 
 
 class FullKV(KVPolicy):
@@ -191,7 +193,6 @@ class H2O(KVPolicy):
             raise ValueError(f"recent_fraction must be in [0, 1], got {recent_fraction}")
         self.recent_fraction = recent_fraction
         self.group = group
-        self.budget = 0  # set by the engine before scoring
 
     def reset(self, n_layers, n_kv_heads, prefix_len):
         super().reset(n_layers, n_kv_heads, prefix_len)

@@ -181,3 +181,14 @@ def test_shrink_is_off_by_default_and_optional():
     for _ in range(3):
         rule.update(up)
     assert rule.budget == 571
+
+
+@pytest.mark.claim("actkv", "C1")
+def test_algorithm1_step_composes_the_pieces():
+    from agentpost.actkv.lrfu import algorithm1_step
+
+    a1 = torch.tensor([[0.05, 0.05, 0.8, 0.1]], dtype=torch.float64)
+    keep, ks = algorithm1_step(a1, torch.zeros(1, 0, dtype=torch.float64), 4)
+    a2 = torch.tensor([[0, 0, 0, 0.05, 0.95, 0]], dtype=torch.float64)
+    keep, ks = algorithm1_step(a2, ks, 2)
+    assert keep.tolist() == [[2, 4]] and ks[0].tolist() == pytest.approx([0.4, 0.95])

@@ -148,3 +148,11 @@ def test_greedy_generation_fullkv_matches_argmax_and_compresses_on_action_close(
         det.push(Tok().decode([t]))
     closes = sum(det.push(Tok().decode([t])).closed for t in out)
     assert len(stats.budgets) == closes  # one compression per round boundary, none elsewhere
+
+
+def test_neg_surprisal_form_runs_through_the_loop(model, trace):
+    ids, lay = trace
+    rule = ConfidenceBudget(budget=0, window=4, stride=2, bottom=0.5)
+    res = score_trace(model, ids.tolist(), lay, make_policy("actkv"), 12, budget_rule=rule, chunk=16,
+                      confidence_form="neg_surprisal")
+    assert len(res.stats.budgets) == 2
