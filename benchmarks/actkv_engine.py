@@ -18,15 +18,11 @@ from __future__ import annotations
 import argparse
 import json
 import platform
-import statistics
 import sys
-import time
 
 import torch
 
-from agentpost.actkv.diagnostic import DiagTrace, budget_for, diag_trace, round_bounds
-from agentpost.actkv.engine import score_trace
-from agentpost.actkv.policies import make_policy
+from agentpost.actkv.diagnostic import DiagTrace, decode_profile, diag_trace
 
 
 def _model():
@@ -84,50 +80,24 @@ def main(argv=None) -> dict:
     torch.set_num_threads(args.threads)
     model, tok, model_label = _model()
     tr, trace_label = _trace(tok, args.candidates)
-    budget = budget_for(tr, args.ratio)
+    prof = decode_profile(model, tr, args.ratio, methods=args.methods.split(","), repeats=args.repeats)
     lay = tr.layout
     print(f"model: {model_label}; trace: {trace_label}; {len(tr)} tokens, prefix {lay.prefix_len}, "
-          f"rounds {[b - a for a, b in lay.round_spans]}, B = {budget} ({args.ratio:.0%}); decode = 1 token/step")
-    results = {}
-    for method in args.methods.split(","):
-        runs = []
-        for _ in range(args.repeats):
-            t0 = time.perf_counter()
-            res = score_trace(model, tr.ids, lay, make_policy(method), None if method == "fullkv" else budget,
-                              chunk=1, compress_points=tr.compress_points)
-            runs.append((res, time.perf_counter() - t0))
-        st = [r.stats for r, _ in runs]
-        per_round = []
-        for r, peak, bound in round_bounds(runs[0][0], tr):  # round r: between compression boundaries r, r+1
-            dec = statistics.median(s.decode_s[r] for s in st)
-            ovh = statistics.median(s.overhead_s.get(r, 0.0) for s in st)
-            per_round.append({"round": r, "tokens": st[0].tokens[r], "peak_entries": peak, "bound": bound,
-                              "decode_ms_per_token": 1e3 * dec / st[0].tokens[r], "overhead_frac": ovh / dec})
-        results[method] = {"per_round": per_round,
-                           "decode_ms_per_token": statistics.median(r.decode_ms_per_token() for r, _ in runs),
-                           "peak_entries": max(st[0].peak_entries.values()),
-                           "wall_s_median": statistics.median(w for _, w in runs)}
+          f"rounds {[b - a for a, b in lay.round_spans]}, B = {prof['budget']} ({args.ratio:.0%}); "
+          f"decode = 1 token/step; medians of {args.repeats} runs")
     print(f"\n{'method':<13}{'round':>6}{'tokens':>8}{'peak':>7}{'bound':>7}{'ms/token':>10}{'overhead':>10}")
-    for method, res in results.items():
+    for method, res in prof["methods"].items():
         for row in res["per_round"]:
             print(f"{method:<13}{row['round']:>6}{row['tokens']:>8}{row['peak_entries']:>7}{row['bound']:>7}"
                   f"{row['decode_ms_per_token']:>10.3f}{row['overhead_frac']:>10.1%}")
-    summary = {}
-    if "fullkv" in results:
-        base = results["fullkv"]["decode_ms_per_token"]
-        for method, res in results.items():
-            summary[method] = {"decode_ratio_vs_fullkv": res["decode_ms_per_token"] / base,
-                               "peak_frac_vs_fullkv": res["peak_entries"] / results["fullkv"]["peak_entries"],
-                               "max_round_overhead_frac": max(r["overhead_frac"] for r in res["per_round"]),
-                               "peak_within_bound": all(r["peak_entries"] <= r["bound"] for r in res["per_round"])}
-        print(f"\n{'method':<13}{'ms/token':>10}{'ratio':>8}{'peak/full':>11}{'max ovh':>9}  bound ok")
-        for method, s in summary.items():
-            print(f"{method:<13}{results[method]['decode_ms_per_token']:>10.3f}{s['decode_ratio_vs_fullkv']:>8.3f}"
-                  f"{s['peak_frac_vs_fullkv']:>11.3f}{s['max_round_overhead_frac']:>9.1%}  {s['peak_within_bound']}")
-    receipt = {"benchmark": "actkv_engine", "model": model_label, "trace": trace_label, "n_tokens": len(tr),
-               "prefix_len": lay.prefix_len, "budget": budget, "ratio": args.ratio, "repeats": args.repeats,
+    print(f"\n{'method':<13}{'ms/token':>10}{'ratio':>8}{'peak/full':>11}{'max ovh':>9}  bound ok")
+    for method, res in prof["methods"].items():
+        print(f"{method:<13}{res['decode_ms_per_token']:>10.3f}{res.get('decode_ratio_vs_fullkv', float('nan')):>8.3f}"
+              f"{res.get('peak_frac_vs_fullkv', float('nan')):>11.3f}{res['max_round_overhead_frac']:>9.1%}"
+              f"  {res['peak_within_bound']}")
+    receipt = {"benchmark": "actkv_engine", "model": model_label, "trace": trace_label, "repeats": args.repeats,
                "threads": args.threads, "device": "cpu", "torch": torch.__version__, "python": platform.python_version(),
-               "results": results, "summary": summary}
+               **prof}
     if args.out:
         with open(args.out, "w") as fh:
             json.dump(receipt, fh, indent=2)

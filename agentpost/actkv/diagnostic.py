@@ -226,3 +226,36 @@ def paired_vs_baselines(df, *, ratio: float, meta, metric: str = "nll_increase_n
     return {base: compare(per_seed_values(df, base, ratio, metric), b, meta_a=meta, meta_b=meta,
                           higher_is_better=higher_is_better, name_a=base, name_b=method, min_effect=min_effect)
             for base in baselines if base in set(df.method)}
+
+
+def decode_profile(model, trace: DiagTrace, ratio: float, *, methods: Sequence[str] = ("fullkv", "actkv"),
+                   repeats: int = 3, policy_kwargs: dict | None = None) -> dict:
+    """Decode ``trace`` one token per step (teacher forced, so every method sees the same tokens) and report, per
+    method: per-round peak entries vs the bound, per-round decode ms/token and overhead fraction (medians over
+    ``repeats``), the overall decode ms/token, and ratios against FullKV measured in the same call."""
+    import statistics
+
+    budget = budget_for(trace, ratio)
+    out: dict = {"n_tokens": len(trace), "prefix_len": trace.layout.prefix_len, "budget": budget, "ratio": ratio,
+                 "methods": {}}
+    for method in methods:
+        runs = [run_method(model, trace, method, None if method == "fullkv" else ratio, chunk=1,
+                           policy_kwargs=policy_kwargs) for _ in range(repeats)]
+        st = [r.stats for r in runs]
+        rows = []
+        for r, peak, bound in round_bounds(runs[0], trace):  # round r: between compression boundaries r, r+1
+            dec = statistics.median(s.decode_s[r] for s in st)
+            ovh = statistics.median(s.overhead_s.get(r, 0.0) for s in st)
+            rows.append({"round": r, "tokens": st[0].tokens[r], "peak_entries": peak, "bound": bound,
+                         "decode_ms_per_token": 1e3 * dec / st[0].tokens[r], "overhead_frac": ovh / dec})
+        out["methods"][method] = {"per_round": rows,
+                                  "decode_ms_per_token": statistics.median(r.decode_ms_per_token() for r in runs),
+                                  "peak_entries": runs[0].peak_entries,
+                                  "max_round_overhead_frac": max(x["overhead_frac"] for x in rows),
+                                  "peak_within_bound": all(x["peak_entries"] <= x["bound"] for x in rows)}
+    if "fullkv" in out["methods"]:
+        full = out["methods"]["fullkv"]
+        for m in out["methods"].values():
+            m["decode_ratio_vs_fullkv"] = m["decode_ms_per_token"] / full["decode_ms_per_token"]
+            m["peak_frac_vs_fullkv"] = m["peak_entries"] / full["peak_entries"]
+    return out

@@ -50,3 +50,15 @@ def test_grid_fullkv_is_its_own_reference(setup):
     assert budget_for(tr, 0.25) == round(0.25 * len(tr))
     with pytest.raises(ValueError, match="budget ratio"):
         budget_for(tr, 0)
+
+
+@pytest.mark.claim("actkv", "C3")
+def test_decode_profile_one_token_per_step(setup):
+    from agentpost.actkv.diagnostic import decode_profile
+
+    model, _, tr = setup
+    prof = decode_profile(model, tr, 0.25, repeats=1)
+    act = prof["methods"]["actkv"]
+    assert act["peak_within_bound"] and prof["methods"]["fullkv"]["decode_ratio_vs_fullkv"] == 1
+    assert [r["round"] for r in act["per_round"]] == [0, 1, 2]
+    assert sum(r["tokens"] for r in act["per_round"]) == len(tr) - tr.layout.prefix_len
