@@ -157,10 +157,6 @@ class KVPolicy:
             raise RuntimeError(f"{self.name}: no queries observed on layer {layer}")
         return q
 
-    def describe(self) -> dict:
-        return {k: v for k, v in vars(self).items() if not k.startswith("_") and isinstance(v, (int, float, str, bool))
-                and k not in ("n_layers", "n_kv_heads", "prefix_len", "scaling", "budget")}
-
 
 class FullKV(KVPolicy):
     name = "fullkv"
@@ -287,10 +283,6 @@ class ActKV(KVPolicy):
         self._ks[layer] = lrfu_update(self._ks[layer], a, nucleus_hits(a, self.p), self.decay)
         acc.reset()  # this round's action attention is consumed by the update
         return self._ks[layer]
-
-    @property
-    def keep_scores(self) -> list[torch.Tensor]:
-        return self._ks
 
     def on_compact(self, layer, keep):
         g = self._ks[layer].shape[0]
