@@ -1,0 +1,300 @@
+"""KV eviction policies behind one interface: ActKV and the baselines FullKV, StreamingLLM, H2O, SnapKV, R-KV.
+
+One budget semantics for all (actkv.md, "Defaults"; kv-baselines.md section 6): the protected prefix is never
+evicted and not counted; ``B`` is the number of *evictable* entries each layer keeps after a compression. A
+policy only scores the evictable entries of one layer; the engine (:mod:`agentpost.actkv.engine`) decides *when*
+to compress (``compress_at``), calls :meth:`KVPolicy.score` once per layer, keeps the top-``B`` scores with
+:func:`agentpost.actkv.lrfu.select_top_b` (``+inf`` = always kept, ties keep recent entries) and tells the policy
+which entries survived (:meth:`KVPolicy.on_compact`).
+
+Scores are ``(G, N)`` with ``G = 1`` (one keep set shared by all KV heads) or ``G = n_kv_heads`` (per KV head).
+The pure score functions (``*_scores``) carry the formulas of kv-baselines.md and are unit-tested on hand-built
+attention matrices. Policy state (accumulators, keep scores) lives on the CPU in float64; attention arrives on
+the model's device and is reduced there before it is copied.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import ClassVar
+
+import torch
+import torch.nn.functional as F
+
+from agentpost.actkv.lrfu import ActionAccumulator, lrfu_update, nucleus_hits, reduce_heads
+
+COMPRESS_AT = ("never", "round_boundary", "overflow")
+
+
+# ---------------------------------------------------------------------------------------------- pure scores
+def streaming_scores(n: int, n_sink: int = 4) -> torch.Tensor:
+    """StreamingLLM: sinks (first ``n_sink`` entries) forced, then recency (kvpress ``StreamingLLMPress``)."""
+    s = torch.arange(n, dtype=torch.float64)
+    s[: min(n_sink, n)] = math.inf
+    return s.unsqueeze(0)
+
+
+def h2o_scores(hh: torch.Tensor, recent: int) -> torch.Tensor:
+    """H2O: accumulated attention ``hh`` ``(G, N)`` with the last ``recent`` entries forced (heavy hitters +
+    recent window, FMInference/H2O ``utils_real_drop/modify_llama.py``)."""
+    s = hh.to(torch.float64).clone()
+    if recent > 0:
+        s[:, -recent:] = math.inf
+    return s
+
+
+def snapkv_scores(window_attn: torch.Tensor, window: int, kernel: int = 5, pool: str = "avg") -> torch.Tensor:
+    """SnapKV (FasterDecoding/SnapKV ``snapkv_utils.py``; kvpress ``SnapKVPress``).
+
+    ``window_attn``: ``(G, w, T)`` attention of the last ``w`` queries over ``T`` entries (the window being the
+    last ``w`` entries). Mean over window queries, then ``avg``/``max`` pooling with stride 1 and padding
+    ``kernel // 2`` (zeros counted in the average, as ``avg_pool1d``'s default); window entries forced.
+    """
+    if pool not in ("avg", "max"):
+        raise ValueError(f"SnapKV pool must be 'avg' or 'max', got {pool!r}")
+    g, w, t = window_attn.shape
+    if w != window:
+        raise ValueError(f"window attention has {w} rows, window is {window}")
+    v = window_attn[:, :, : t - window].to(torch.float64).mean(dim=1, keepdim=True)  # (G, 1, T-w)
+    pad = kernel // 2
+    if v.shape[-1] == 0:
+        s = v.squeeze(1)
+    elif pool == "avg":
+        s = F.avg_pool1d(v, kernel, stride=1, padding=pad, count_include_pad=True).squeeze(1)
+    else:
+        s = F.max_pool1d(v, kernel, stride=1, padding=pad).squeeze(1)
+    return torch.cat([s[:, : t - window], torch.full((g, window), math.inf, dtype=torch.float64, device=s.device)], dim=1)
+
+
+def rkv_redundancy(keys: torch.Tensor, threshold: float = 0.5) -> torch.Tensor:
+    """R-KV key redundancy per KV head (Zefan-Cai/R-KV ``rkv/utils.py::cal_similarity``, ``retain_direction="last"``).
+
+    ``keys``: ``(G, N, d)``. Cosine similarity with a zero diagonal; in each row the most recent entry whose
+    similarity exceeds ``threshold`` is zeroed (index 0 when the row has none, as the official ``max`` over a
+    zero-filled index tensor does); then the column mean over rows, softmax over entries -> ``(G, N)``.
+    """
+    k = keys.to(torch.float64)
+    kn = k / (k.norm(dim=-1, keepdim=True) + 1e-8)
+    sim = kn @ kn.transpose(-1, -2)
+    n = sim.shape[-1]
+    sim.diagonal(dim1=-2, dim2=-1).zero_()
+    idx = torch.where(sim > threshold, torch.arange(n, device=sim.device).view(1, 1, n),
+                      torch.zeros((), dtype=torch.long, device=sim.device))
+    retain = idx.max(dim=-1).values  # (G, N): most recent similar entry per row
+    sim.scatter_(-1, retain.unsqueeze(-1), 0.0)
+    return sim.mean(dim=-2).softmax(dim=-1)
+
+
+def rkv_scores(window_logits: torch.Tensor, keys: torch.Tensor, window: int, kernel: int = 7,
+               mix_lambda: float = 0.07, threshold: float = 0.5) -> torch.Tensor:
+    """R-KV (``rkv/compression/r1_kv.py::R1KV._compute_scores``): :math:`\\lambda\\,\\mathrm{attn}-(1-\\lambda)\\,\\mathrm{red}`.
+
+    ``window_logits``: ``(G, w, N)`` pre-softmax scores of the last ``w`` queries, already max-pooled over each
+    GQA group; softmax over the non-window entries, mean over queries, max-pool (kernel, stride 1, padding
+    kernel // 2); redundancy over all ``N`` keys ``(G, N, d)`` sliced to the non-window part; window forced.
+    """
+    g, w, n = window_logits.shape
+    if w != window:
+        raise ValueError(f"window logits have {w} rows, window is {window}")
+    attn = torch.softmax(window_logits[:, :, : n - window].to(torch.float64), dim=-1).mean(dim=1, keepdim=True)
+    if attn.shape[-1]:
+        attn = F.max_pool1d(attn, kernel, stride=1, padding=kernel // 2)
+    attn = attn.squeeze(1)[:, : n - window]
+    red = rkv_redundancy(keys, threshold)[:, : n - window]
+    s = mix_lambda * attn - (1 - mix_lambda) * red
+    return torch.cat([s, torch.full((g, window), math.inf, dtype=torch.float64, device=s.device)], dim=1)
+
+
+def group_pool(x: torch.Tensor, n_kv_heads: int, how: str) -> torch.Tensor:
+    """Pool a query-head tensor ``(H_q, ...)`` over each GQA group -> ``(n_kv_heads, ...)`` (``mean`` or ``max``)."""
+    grouped = x.reshape(n_kv_heads, x.shape[0] // n_kv_heads, *x.shape[1:])
+    if how == "mean":
+        return grouped.mean(dim=1)
+    if how == "max":
+        return grouped.amax(dim=1)
+    raise ValueError(f"group pooling must be 'mean' or 'max', got {how!r}")
+
+
+# ---------------------------------------------------------------------------------------------- interface
+class KVPolicy:
+    """Base class. Subclasses set ``name``, ``compress_at`` and implement :meth:`score`."""
+
+    name: ClassVar[str] = ""
+    compress_at: ClassVar[str] = "overflow"
+    #: how many recent query states the engine must pass back at scoring time (SnapKV, R-KV)
+    query_window: int = 0
+    #: re-rotate keys to in-cache positions after compaction (StreamingLLM's position shift)
+    rerotate_keys: bool = False
+    #: the budget B in force; the engine sets it before every compression (H2O sizes its recent window from it)
+    budget: int = 0
+
+    def reset(self, n_layers: int, n_kv_heads: int, prefix_len: int) -> None:
+        self.n_layers, self.n_kv_heads, self.prefix_len = n_layers, n_kv_heads, prefix_len
+        self._queries: list[torch.Tensor | None] = [None] * n_layers
+        self.scaling = 1.0
+
+    def observe(self, layer: int, attn: torch.Tensor, queries: torch.Tensor, action_rows: torch.Tensor,
+                region_open: bool, scaling: float) -> None:
+        """See one chunk's attention ``(H_q, q, N)`` (over the whole cache incl. prefix), queries ``(H_q, q, d)``,
+        which rows are action tokens, and whether an action region opened at the chunk's first token."""
+        self.scaling = scaling
+        if self.query_window:
+            prev = self._queries[layer]
+            q = queries if prev is None else torch.cat([prev, queries], dim=1)
+            self._queries[layer] = q[:, -self.query_window :]
+
+    def score(self, layer: int, keys: torch.Tensor) -> torch.Tensor:
+        """Scores ``(G, N - prefix)`` of this layer's evictable entries given all its keys ``(H_kv, N, d)``.
+        Called exactly once per layer per compression."""
+        raise NotImplementedError
+
+    def on_compact(self, layer: int, keep: torch.Tensor) -> None:
+        """``keep``: ``(H_kv, n)`` indices into the evictable entries that survived (ascending)."""
+
+    def window_queries(self, layer: int) -> torch.Tensor:
+        q = self._queries[layer]
+        if q is None:
+            raise RuntimeError(f"{self.name}: no queries observed on layer {layer}")
+        return q
+
+
+class FullKV(KVPolicy):
+    name = "fullkv"
+    compress_at = "never"
+
+    def score(self, layer, keys):  # pragma: no cover - never called
+        raise RuntimeError("FullKV never compresses")
+
+
+class StreamingLLM(KVPolicy):
+    """Attention sinks + recent window (mit-han-lab/streaming-llm ``StartRecentKVCache``)."""
+
+    name = "streamingllm"
+
+    def __init__(self, n_sink: int = 4, rerotate_keys: bool = False) -> None:
+        self.n_sink = n_sink
+        self.rerotate_keys = rerotate_keys
+
+    def score(self, layer, keys):
+        return streaming_scores(keys.shape[1] - self.prefix_len, self.n_sink)
+
+
+class H2O(KVPolicy):
+    """Heavy hitters (accumulated attention of every query since the entry arrived) + recent window."""
+
+    name = "h2o"
+
+    def __init__(self, recent_fraction: float = 0.5, group: str = "mean") -> None:
+        if not 0.0 <= recent_fraction <= 1.0:
+            raise ValueError(f"recent_fraction must be in [0, 1], got {recent_fraction}")
+        self.recent_fraction = recent_fraction
+        self.group = group
+
+    def reset(self, n_layers, n_kv_heads, prefix_len):
+        super().reset(n_layers, n_kv_heads, prefix_len)
+        self._hh = [torch.zeros(n_kv_heads, 0, dtype=torch.float64) for _ in range(n_layers)]
+
+    def observe(self, layer, attn, queries, action_rows, region_open, scaling):
+        super().observe(layer, attn, queries, action_rows, region_open, scaling)
+        col = group_pool(attn[:, :, self.prefix_len :].sum(dim=1).to(torch.float64), self.n_kv_heads, self.group).cpu()
+        hh = self._hh[layer]
+        if col.shape[1] > hh.shape[1]:
+            hh = torch.cat([hh, torch.zeros(hh.shape[0], col.shape[1] - hh.shape[1], dtype=hh.dtype)], dim=1)
+        hh[:, : col.shape[1]] += col
+        self._hh[layer] = hh
+
+    def score(self, layer, keys):
+        n = keys.shape[1] - self.prefix_len
+        recent = int(round(self.recent_fraction * self.budget))
+        return h2o_scores(self._hh[layer][:, :n], recent)
+
+    def on_compact(self, layer, keep):
+        self._hh[layer] = torch.gather(self._hh[layer], 1, keep)
+
+
+class SnapKV(KVPolicy):
+    """Observation window of the last ``window`` queries, pooled attention, window kept."""
+
+    name = "snapkv"
+
+    def __init__(self, window: int = 64, kernel: int = 5, pool: str = "avg", head_mode: str = "kv_group_mean") -> None:
+        if head_mode not in ("kv_group_mean", "kv_group_max"):
+            raise ValueError(f"snap head_mode must be kv_group_mean or kv_group_max, got {head_mode!r}")
+        self.window, self.kernel, self.pool, self.head_mode = window, kernel, pool, head_mode
+        self.query_window = window
+
+    def score(self, layer, keys):
+        q = self.window_queries(layer)  # (H_q, w', d), w' <= window
+        w = q.shape[1]
+        n = keys.shape[1]
+        k = keys.repeat_interleave(q.shape[0] // keys.shape[0], dim=0)
+        logits = (q @ k.transpose(-1, -2)).to(torch.float64) * self.scaling  # (H_q, w, N)
+        qpos = torch.arange(n - w, n, device=logits.device).view(w, 1)
+        logits = logits.masked_fill(torch.arange(n, device=logits.device).view(1, n) > qpos, -math.inf)  # causal inside the window
+        attn = group_pool(torch.softmax(logits, dim=-1), self.n_kv_heads, self.head_mode.removeprefix("kv_group_"))
+        return snapkv_scores(attn[:, :, self.prefix_len :], w, self.kernel, self.pool)
+
+
+class RKV(KVPolicy):
+    """Attention importance minus key redundancy, lambda = 0.07, window of recent queries kept."""
+
+    name = "rkv"
+
+    def __init__(self, window: int = 8, kernel: int = 7, mix_lambda: float = 0.07, threshold: float = 0.5) -> None:
+        self.window, self.kernel, self.mix_lambda, self.threshold = window, kernel, mix_lambda, threshold
+        self.query_window = window
+
+    def score(self, layer, keys):
+        q = self.window_queries(layer)
+        ev = keys[:, self.prefix_len :]
+        k = ev.repeat_interleave(q.shape[0] // keys.shape[0], dim=0)
+        logits = group_pool((q @ k.transpose(-1, -2)).to(torch.float64) * self.scaling, self.n_kv_heads, "max")
+        return rkv_scores(logits, ev, q.shape[1], self.kernel, self.mix_lambda, self.threshold)
+
+
+class ActKV(KVPolicy):
+    """Algorithm 1: action-attention LRFU, compression only at round boundaries."""
+
+    name = "actkv"
+    compress_at = "round_boundary"
+
+    def __init__(self, p: float = 0.9, decay: float = 0.5, head_reduce: str = "mean_of_max") -> None:
+        self.p, self.decay, self.head_reduce = p, decay, head_reduce
+
+    def reset(self, n_layers, n_kv_heads, prefix_len):
+        super().reset(n_layers, n_kv_heads, prefix_len)
+        g = n_kv_heads if self.head_reduce == "per_head" else 1
+        self._acc = [ActionAccumulator(g) for _ in range(n_layers)]
+        self._ks = [torch.zeros(g, 0, dtype=torch.float64) for _ in range(n_layers)]
+
+    def observe(self, layer, attn, queries, action_rows, region_open, scaling):
+        super().observe(layer, attn, queries, action_rows, region_open, scaling)
+        if region_open:
+            self._acc[layer].reset()
+        if action_rows.any():
+            rows = attn[:, action_rows.to(attn.device), self.prefix_len :]
+            self._acc[layer].add(reduce_heads(rows, self.n_kv_heads, self.head_reduce).cpu())
+
+    def score(self, layer, keys):
+        n = keys.shape[1] - self.prefix_len
+        acc = self._acc[layer]
+        acc.grow(n)
+        a = acc.mean()[:, :n]
+        self._ks[layer] = lrfu_update(self._ks[layer], a, nucleus_hits(a, self.p), self.decay)
+        acc.reset()  # this round's action attention is consumed by the update
+        return self._ks[layer]
+
+    def on_compact(self, layer, keep):
+        g = self._ks[layer].shape[0]
+        self._ks[layer] = torch.gather(self._ks[layer], 1, keep[:g])
+        self._acc[layer].permute(keep[:g])
+
+
+POLICIES: dict[str, type[KVPolicy]] = {c.name: c for c in (FullKV, StreamingLLM, H2O, SnapKV, RKV, ActKV)}
+
+
+def make_policy(name: str, **kwargs) -> KVPolicy:
+    """A policy by registry name (``fullkv``, ``streamingllm``, ``h2o``, ``snapkv``, ``rkv``, ``actkv``)."""
+    if name not in POLICIES:
+        raise ValueError(f"unknown KV policy {name!r}; known: {sorted(POLICIES)}")
+    return POLICIES[name](**kwargs)
