@@ -35,7 +35,7 @@ COS_SCALE = 10.0
 PRIOR_THETA = np.array([
     0.0, -3.0, 0.0, 0.0,          # answer
     0.0, -2.0, 0.0, 0.0, 0.0,     # search
-    4.0, 1.0,                     # category
+    6.0, 1.0,                     # category
     -1.5, 0.3, 0.0, 0.0, 0.0, 0.0,  # include
 ])
 
@@ -79,8 +79,10 @@ def _choose(logits: np.ndarray, valid: np.ndarray, rng: np.random.Generator | No
 class LogLinearPolicy:
     """pi(option | state) proportional to exp(theta . phi(state, option)); ``rng=None`` decodes greedily."""
 
-    def __init__(self, env: SearchEnv, doc_emb: np.ndarray, centroids: np.ndarray, theta: np.ndarray | None = None):
+    def __init__(self, env: SearchEnv, doc_emb: np.ndarray, centroids: np.ndarray, theta: np.ndarray | None = None,
+                 *, category_options: int = 5):
         self.env, self.doc_emb, self.centroids = env, doc_emb, centroids
+        self.category_options = category_options
         self.cats = list(env.categories)
         self.theta = PRIOR_THETA.copy() if theta is None else np.asarray(theta, dtype=np.float64).copy()
         if self.theta.shape != (DIM,):
@@ -105,7 +107,8 @@ class LogLinearPolicy:
         return idx, F
 
     def run(self, task: Task, rng: np.random.Generator | None, *, constrain: str = "off") -> Episode:
-        """One episode. ``constrain`` (CCTD, ambiguity 7): ``off``; ``model_category`` (every search must name one
+        """One episode. A search's category token chooses between "all" and the ``category_options`` categories
+        whose centroids are closest to the searched clause. ``constrain`` (CCTD, ambiguity 7): ``off``; ``model_category`` (every search must name one
         category: the "all" option is disallowed); ``gold_category`` (the search is forced to the category of the
         first target not yet found; no category token)."""
         env, ep = self.env, Episode(Rollout())
@@ -138,13 +141,16 @@ class LogLinearPolicy:
                 missing = [t for t in task.targets if t not in found]
                 category = (missing or task.targets)[0].split(".", 1)[0]
             else:
-                Fc = np.zeros((1 + len(self.cats), DIM))
+                # options: "all" and the category_options categories closest to the clause (centroid cosine)
+                sims = self.centroids @ task.clause_emb[c]
+                top = np.argsort(-sims, kind="stable")[: self.category_options]
+                Fc = np.zeros((1 + len(top), DIM))
                 Fc[0, CATEGORY] = [1.0, 0.0]
-                Fc[1:, CATEGORY.stop - 1] = COS_SCALE * (self.centroids @ task.clause_emb[c])
-                valid = np.ones(1 + len(self.cats), bool)
+                Fc[1:, CATEGORY.stop - 1] = COS_SCALE * sims[top]
+                valid = np.ones(1 + len(top), bool)
                 valid[0] = constrain != "model_category"
                 j = self._token(ep, Fc, valid, True, rng)
-                category = None if j == 0 else self.cats[j - 1]
+                category = None if j == 0 else self.cats[top[j - 1]]
             text = search_call(task.clauses[c], category)
             ep.rollout.messages.append({"role": "assistant", "content": text})
             idx, response = env.respond(parse_turn(text, self.cats))

@@ -141,6 +141,7 @@ class MiniLMRetriever(Retriever):
     def __init__(self, names, categories, docs: Sequence[str]):
         super().__init__(names, categories)
         self.doc_emb = embed_texts(docs)
+        self._doc_t = None
         self._memo: dict[str, np.ndarray] = {}
 
     def remember(self, queries: Sequence[str], embeddings: np.ndarray) -> None:
@@ -155,7 +156,11 @@ class MiniLMRetriever(Retriever):
         return self._memo[query]
 
     def scores(self, query: str) -> np.ndarray:
-        return self.doc_emb @ self.embed(query)
+        import torch  # torch's matvec honours torch.set_num_threads (numpy's BLAS threads contend on shared CPUs)
+
+        if self._doc_t is None:
+            self._doc_t = torch.from_numpy(self.doc_emb)
+        return (self._doc_t @ torch.from_numpy(np.asarray(self.embed(query), dtype=np.float32))).numpy()
 
 
 _WORD = re.compile(r"[a-z0-9]+")

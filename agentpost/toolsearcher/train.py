@@ -161,3 +161,18 @@ def train(world: World, train_tasks, cfg: TrainConfig, seed: int) -> dict:
 @functools.lru_cache(maxsize=1)
 def default_world() -> World:
     return World()
+
+
+def run_arms(world: World, train_tasks, test_tasks, base: TrainConfig, seeds) -> dict:
+    """Train both arms (``toolsearcher``, ``grpo``) for every seed with otherwise identical configs; evaluate
+    greedily on ``test_tasks``. Returns ``{arm: {seed: {"metrics": {name: per-item array}, "history", "wall_s",
+    "theta"}}}``."""
+    from dataclasses import replace
+
+    out: dict = {arm: {} for arm in ARMS}
+    for seed in seeds:
+        for arm in ARMS:
+            res = train(world, train_tasks, replace(base, arm=arm), seed)
+            res["metrics"] = evaluate(world, res["theta"], test_tasks)
+            out[arm][seed] = res
+    return out
