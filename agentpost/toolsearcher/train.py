@@ -56,8 +56,10 @@ class TrainConfig:
 class World:
     """The real environment: StableToolBench docs, the MiniLM retriever, the search tool and task embeddings."""
 
-    def __init__(self, *, topk: int = 5, max_turns: int = 8, max_response_tokens: int = 768):
+    def __init__(self, *, topk: int = 5, max_turns: int = 8, max_response_tokens: int = 768,
+                 category_options: int = 5):
         apis = load_apis()
+        self.category_options = category_options
         self.retriever: MiniLMRetriever = build_retriever("minilm", apis)
         self.env = SearchEnv(self.retriever, [a.doc() for a in apis], topk=topk, max_turns=max_turns,
                              max_response_tokens=max_response_tokens)
@@ -78,7 +80,8 @@ class World:
         return [Task(q.uid, q.targets, self._clauses[q.uid], self._clause_emb[q.uid]) for q in queries]
 
     def policy(self, theta=None) -> LogLinearPolicy:
-        return LogLinearPolicy(self.env, self.retriever.doc_emb.astype(np.float64), self.centroids, theta)
+        return LogLinearPolicy(self.env, self.retriever.doc_emb.astype(np.float64), self.centroids, theta,
+                               category_options=self.category_options)
 
 
 def episode_metrics(ep, targets) -> dict[str, float]:
