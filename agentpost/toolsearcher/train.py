@@ -179,3 +179,30 @@ def run_arms(world: World, train_tasks, test_tasks, base: TrainConfig, seeds) ->
             res["metrics"] = evaluate(world, res["theta"], test_tasks)
             out[arm][seed] = res
     return out
+
+
+#: Readings of the spec's ambiguities 1 and 2 compared on validation: (arm, selection_gate, nondiscovery_credit).
+VARIANTS = (
+    ("grpo", "none", "zero"),
+    ("toolsearcher", "after_norm", "zero"),
+    ("toolsearcher", "after_norm", "min"),
+    ("toolsearcher", "before_norm", "zero"),
+    ("toolsearcher", "none", "zero"),
+)
+
+
+def validation_variants(world: World, train_tasks, val_tasks, base: TrainConfig, seeds, variants=VARIANTS) -> list:
+    """Train each variant for each seed and score it greedily on the validation tasks (selection data only).
+    Returns one row per variant with seed-averaged mean metrics and training wall time."""
+    from dataclasses import replace
+
+    rows = []
+    for arm, gate, nondisc in variants:
+        per = []
+        for seed in seeds:
+            res = train(world, train_tasks, replace(base, arm=arm, gate=gate, nondiscovery=nondisc), seed)
+            per.append({k: float(v.mean()) for k, v in evaluate(world, res["theta"], val_tasks).items()}
+                       | {"wall_s": res["wall_s"]})
+        rows.append({"arm": arm, "gate": gate, "nondiscovery": nondisc,
+                     **{k: float(np.mean([p[k] for p in per])) for k in per[0]}})
+    return rows
