@@ -8,7 +8,6 @@ outcome reward on every assistant token (rl-primitives.md, section 1).
 
 from __future__ import annotations
 
-import functools
 import time
 from dataclasses import asdict, dataclass
 
@@ -159,11 +158,6 @@ def train(world: World, train_tasks, cfg: TrainConfig, seed: int) -> dict:
                         "kl": float(parts["kl"]), "loss": float(loss.detach())})
     return {"theta": theta.detach().numpy().copy(), "history": history, "wall_s": time.perf_counter() - start,
             "config": asdict(cfg), "seed": seed}
-
-
-@functools.lru_cache(maxsize=1)
-def default_world() -> World:
-    return World()
 
 
 def run_arms(world: World, train_tasks, test_tasks, base: TrainConfig, seeds) -> dict:
