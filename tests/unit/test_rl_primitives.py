@@ -143,3 +143,18 @@ def test_segment_ids_and_broadcast():
     with pytest.raises(SegmentMismatch, match="row 1: 1 assistant segments but 2 values"):
         broadcast_segment_values(mask, [[0.5, 0.0, -1.0], [2.0, 1.0]])
     assert broadcast_sequence_values(mask, [1.0, -1.0])[1].tolist() == [-1, -1, -1, 0, 0, 0, 0, 0, 0]
+
+
+def test_library_conventions_trl_and_openrlhf_eps():
+    # TRL: eps 1e-4 (scale_rewards="group"); OpenRLHF group_norm: eps 1e-9; both with Bessel's correction
+    trl = group_advantage([1, 0, 0, 1], [0] * 4, eps=1e-4)
+    assert trl[0].item() == pytest.approx(0.5 / (math.sqrt(1 / 3) + 1e-4), abs=1e-12)
+    orl = group_advantage([1, 0, 0, 1], [0] * 4, eps=1e-9)
+    assert orl[0].item() == pytest.approx(0.5 / (math.sqrt(1 / 3) + 1e-9), abs=1e-12)
+
+
+def test_asymmetric_clip_bounds():
+    logp, old, m, a = _one(math.log(1.5)), _one(0.0), _one(1.0), _one(1.0)
+    assert policy_objective(logp, old, a, m, eps_low=0.2, eps_high=0.28).item() == pytest.approx(1.28)
+    logp = _one(math.log(0.5))
+    assert policy_objective(logp, old, -a, m, eps_low=0.2, eps_high=0.28).item() == pytest.approx(-0.8)
