@@ -1,0 +1,207 @@
+"""Clipped policy objective, KL estimators and loss aggregation (rl-primitives.md, sections 2-4).
+
+All functions are pure and take explicit masks; nothing is averaged implicitly. References (semantics only):
+verl ``core_algos.py::compute_policy_loss_vanilla`` (log-ratio clamp +-20, dual clip ``clip_ratio_c``),
+``core_algos.py::kl_penalty`` (k1/k2/k3, ``+`` straight-through), ``core_algos.py::agg_loss``; TRL
+``grpo_trainer.py::_compute_loss`` (``importance_sampling_level``, loss types ``grpo``/``bnpo``/``dr_grpo``).
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+
+AGGREGATIONS: dict[str, Callable[..., torch.Tensor]] = {}
+
+
+def register_aggregation(name: str):
+    """Register a loss aggregation ``f(loss, mask, **kw) -> scalar`` under ``name``."""
+
+    def wrap(fn):
+        if name in AGGREGATIONS:
+            raise ValueError(f"aggregation {name!r} is already registered")
+        AGGREGATIONS[name] = fn
+        return fn
+
+    return wrap
+
+
+def _check_same(name: str, x: torch.Tensor, ref: torch.Tensor) -> None:
+    if x.shape != ref.shape:
+        raise ValueError(f"{name} has shape {tuple(x.shape)}, expected {tuple(ref.shape)}")
+
+
+def masked_group_mean(x: torch.Tensor, mask: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+    """Mean of ``x`` over the masked positions sharing each (row, id) pair, broadcast back to those positions."""
+    out = torch.zeros_like(x)
+    m = mask.to(x.dtype)
+    for row in range(x.shape[0]):
+        for seg in torch.unique(ids[row][mask[row].bool()]):
+            sel = (ids[row] == seg) & mask[row].bool()
+            out[row, sel] = (x[row] * m[row])[sel].sum() / sel.sum()
+    return out
+
+
+def policy_objective(
+    logp: torch.Tensor,
+    logp_old: torch.Tensor,
+    adv: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    ratio_level: str = "token",
+    eps_low: float = 0.2,
+    eps_high: float = 0.2,
+    dual_clip_c: float | None = None,
+    logratio_clamp: float = 20.0,
+    segment_ids: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Per-token clipped surrogate objective (to be maximised; the loss is its negative), zero where mask = 0.
+
+    l = min(rho A, clip(rho, 1-eps_low, 1+eps_high) A); with ``dual_clip_c`` = c > 1, for A < 0:
+    l = max(l, c A) (verl dual clip). ``ratio_level``: ``token`` rho = exp(logp - logp_old) per token;
+    ``sequence`` rho = exp(mean over the row's masked tokens of the log-ratio) (GSPO); ``segment`` the same mean
+    within each segment given by ``segment_ids`` (one ratio per assistant turn).
+    """
+    for name, x in (("logp_old", logp_old), ("adv", adv), ("mask", mask)):
+        _check_same(name, x, logp)
+    if ratio_level not in ("token", "sequence", "segment"):
+        raise ValueError(f"ratio_level must be token, sequence or segment, got {ratio_level!r}")
+    if dual_clip_c is not None and dual_clip_c <= 1.0:
+        raise ValueError(f"dual_clip_c must be > 1, got {dual_clip_c}")
+    m = mask.to(logp.dtype)
+    log_ratio = torch.clamp(torch.where(mask.bool(), logp - logp_old, torch.zeros_like(logp)), -logratio_clamp,
+                            logratio_clamp)
+    if ratio_level == "sequence":
+        log_ratio = (log_ratio * m).sum(-1, keepdim=True) / m.sum(-1, keepdim=True).clamp_min(1.0) * m
+    elif ratio_level == "segment":
+        if segment_ids is None:
+            raise ValueError("ratio_level='segment' needs segment_ids")
+        log_ratio = masked_group_mean(log_ratio, mask, segment_ids)
+    ratio = torch.exp(log_ratio)
+    unclipped = ratio * adv
+    clipped = torch.clamp(ratio, 1.0 - eps_low, 1.0 + eps_high) * adv
+    obj = torch.minimum(unclipped, clipped)
+    if dual_clip_c is not None:
+        obj = torch.where(adv < 0, torch.maximum(obj, dual_clip_c * adv), obj)
+    return obj * m
+
+
+def kl_estimate(
+    logp: torch.Tensor,
+    logp_ref: torch.Tensor,
+    *,
+    kind: str = "k3",
+    straight_through_k2: bool = False,
+    clamp: float | None = None,
+) -> torch.Tensor:
+    """Per-token KL(pi_theta || pi_ref) estimate from sampled tokens, delta = logp - logp_ref (Schulman):
+    k1 = delta, k2 = delta^2 / 2, k3 = exp(-delta) + delta - 1 (>= 0). ``straight_through_k2``: forward value of
+    ``kind``, gradient of k2 (verl ``k3+``). ``clamp``: clip the result to [-clamp, clamp] (verl uses 10 for k3).
+    """
+    _check_same("logp_ref", logp_ref, logp)
+    delta = logp - logp_ref
+    if kind == "k1":
+        value = delta
+    elif kind == "k2":
+        value = 0.5 * delta**2
+    elif kind == "k3":
+        neg = torch.clamp(-delta, -20.0, 20.0)
+        value = torch.exp(neg) - neg - 1.0
+    else:
+        raise ValueError(f"kind must be k1, k2 or k3, got {kind!r}")
+    if clamp is not None:
+        value = torch.clamp(value, -clamp, clamp)
+    if straight_through_k2:
+        k2 = 0.5 * delta**2
+        value = k2 - k2.detach() + value.detach()
+    return value
+
+
+@register_aggregation("token_mean")
+def token_mean(loss: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """sum M L / sum M (verl default; TRL ``bnpo``)."""
+    m = mask.to(loss.dtype)
+    return (loss * m).sum() / m.sum().clamp_min(1.0)
+
+
+@register_aggregation("seq_mean_token_mean")
+def seq_mean_token_mean(loss: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """(1/B) sum_i (sum_t M L / sum_t M) (TRL ``grpo``)."""
+    m = mask.to(loss.dtype)
+    return ((loss * m).sum(-1) / m.sum(-1).clamp_min(1.0)).mean()
+
+
+@register_aggregation("seq_mean_token_sum")
+def seq_mean_token_sum(loss: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """(1/B) sum_i sum_t M L."""
+    m = mask.to(loss.dtype)
+    return (loss * m).sum(-1).mean()
+
+
+@register_aggregation("seq_sum_over_width")
+def seq_sum_over_width(loss: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """sum M L / T_max, T_max = the mask width (verl ``seq-mean-token-sum-norm``)."""
+    m = mask.to(loss.dtype)
+    return (loss * m).sum() / mask.shape[-1]
+
+
+@register_aggregation("dr_grpo")
+def dr_grpo_mean(loss: torch.Tensor, mask: torch.Tensor, *, max_len: int) -> torch.Tensor:
+    """sum M L / (B * max_completion_length) (TRL ``dr_grpo``)."""
+    m = mask.to(loss.dtype)
+    return (loss * m).sum() / (loss.shape[0] * max_len)
+
+
+@register_aggregation("global_token_mean")
+def global_token_mean(loss: torch.Tensor, mask: torch.Tensor, *, global_tokens: float) -> torch.Tensor:
+    """sum M L / (active tokens over all ranks): rank losses sum to the single-rank token mean (verl, OpenRLHF)."""
+    m = mask.to(loss.dtype)
+    return (loss * m).sum() / global_tokens
+
+
+def aggregate(loss: torch.Tensor, mask: torch.Tensor, mode: str, **kwargs) -> torch.Tensor:
+    """Aggregate a per-token loss with the mode registered as ``mode`` (``max_len`` for ``dr_grpo``,
+    ``global_tokens`` for ``global_token_mean``)."""
+    _check_same("mask", mask, loss)
+    if mode not in AGGREGATIONS:
+        raise KeyError(f"unknown aggregation {mode!r}; known: {sorted(AGGREGATIONS)}")
+    return AGGREGATIONS[mode](loss, mask, **kwargs)
+
+
+def clipped_policy_loss(
+    logp: torch.Tensor,
+    logp_old: torch.Tensor,
+    logp_ref: torch.Tensor | None,
+    adv: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    eps_low: float,
+    eps_high: float,
+    dual_clip_c: float | None,
+    kl_coef: float,
+    kl_kind: str,
+    agg_mode: str,
+    ratio_level: str = "token",
+    segment_ids: torch.Tensor | None = None,
+    **agg_kwargs,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """L = -agg(l) + beta * agg(KL) with one aggregation for both terms (verl actor with ``use_kl_loss``).
+
+    Returns the scalar loss and detached parts (``pg_loss``, ``kl``, ``clip_frac``).
+    """
+    obj = policy_objective(logp, logp_old, adv, mask, ratio_level=ratio_level, eps_low=eps_low,
+                           eps_high=eps_high, dual_clip_c=dual_clip_c, segment_ids=segment_ids)
+    pg = -aggregate(obj, mask, agg_mode, **agg_kwargs)
+    loss = pg
+    kl_val = torch.zeros((), dtype=logp.dtype)
+    if kl_coef:
+        if logp_ref is None:
+            raise ValueError("kl_coef > 0 needs logp_ref")
+        kl_val = aggregate(kl_estimate(logp, logp_ref, kind=kl_kind), mask, agg_mode, **agg_kwargs)
+        loss = loss + kl_coef * kl_val
+    ratio = torch.exp(torch.clamp(logp - logp_old, -20, 20))
+    clipped = ((ratio < 1 - eps_low) | (ratio > 1 + eps_high)) & mask.bool()
+    parts = {"pg_loss": pg.detach(), "kl": kl_val.detach(),
+             "clip_frac": clipped.sum() / mask.sum().clamp_min(1)}
+    return loss, parts
