@@ -99,7 +99,7 @@ def embed_texts(texts: Sequence[str], *, batch_size: int = 64, cache: bool = Tru
             out[idx] = torch.nn.functional.normalize(pooled, dim=-1).numpy()
     if not cache:
         return out
-    tmp = path.with_suffix(".tmp.npy")
+    tmp = path.with_suffix(f".{os.getpid()}.tmp.npy")  # concurrent runs each write their own file
     np.save(tmp, out)
     tmp.replace(path)
     return out
