@@ -18,7 +18,7 @@ class FakeWorld:
 
 @pytest.fixture(scope="module")
 def fake():
-    from test_toolsearcher_loss import CATS, SyntheticRetriever  # sibling test module (pytest prepend import)
+    from tests.unit.test_toolsearcher_loss import CATS, SyntheticRetriever
     from agentpost.toolsearcher.env import SearchEnv, clauses
     from agentpost.toolsearcher.policy import Task
 
