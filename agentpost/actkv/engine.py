@@ -362,13 +362,14 @@ def score_trace(model, input_ids: Sequence[int], layout: RoundLayout, policy: KV
 def generate(model, tokenizer, prompt_ids: Sequence[int], prefix_len: int, policy: KVPolicy, budget: int | None, *,
              max_new_tokens: int = 64, delimiters: str = "qwen", budget_rule: ConfidenceBudget | None = None,
              on_action_end: Callable[[list[int]], Sequence[int]] | None = None,
-             mean_round_len: float = 64.0) -> tuple[list[int], SessionStats]:
+             mean_round_len: float = 64.0, kv_backend: str = "dense") -> tuple[list[int], SessionStats]:
     """Greedy decoding with compression: the streaming detector marks action tokens; when an action closes, the
     optional ``on_action_end(generated)`` returns observation tokens to append (the environment's reply), then
     round-boundary policies compress before decoding resumes. Overflow policies compress past ``B + L_bar``.
     Returns the generated ids (observations included) and the session stats."""
     ids = torch.as_tensor(list(prompt_ids), dtype=torch.long)
-    sess = CompressedSession(model, policy, budget, prefix_len=prefix_len, budget_rule=budget_rule)
+    sess = CompressedSession(model, policy, budget, prefix_len=prefix_len, budget_rule=budget_rule,
+                             kv_backend=kv_backend)
     det = ActionRegionDetector(delimiters)
     for t in ids[prefix_len:].tolist():
         det.push(tokenizer.decode([t], skip_special_tokens=False))
