@@ -7,9 +7,10 @@
   their last ``w`` post-RoPE queries and *recompute* window scores against the cached keys at compression time
   (``O(H_q w N d)`` per layer and compression), as their official code does.
 - **Compaction.** :func:`compact_cache` gathers the survivors of every layer into new ``cache.layers[i].keys``
-  / ``.values`` tensors (the torch reference of Algorithm 4's in-place copy). Original positions are kept: keys keep their RoPE rotation and new tokens get
-  explicit ``position_ids`` equal to their position in the full trace. With ``rerotate_keys`` (StreamingLLM's
-  position shift) keys are rotated to in-cache positions and new tokens continue from the cache length.
+  / ``.values`` tensors (the torch reference of Algorithm 4's in-place copy). Original positions are kept: keys
+  keep their RoPE rotation and new tokens get explicit ``position_ids`` equal to their position in the full trace.
+  With ``rerotate_keys`` (StreamingLLM's position shift) keys are rotated to in-cache positions and new tokens
+  continue from the cache length.
 - **Paged backend.** ``kv_backend="paged"`` (ActKV with ``head_reduce="mean_of_max"``) is where the Triton
   kernels plug in: a :class:`~agentpost.actkv.paged.PagedMirror` mirrors the evictable entries into a paged cache,
   and at each round boundary the action attention comes from the decode kernel's log-sum-exp and Algorithm 3
@@ -145,7 +146,7 @@ class CompressedSession:
             # per_head keeps differ across KV heads while a paged slot holds all of them; "max" over all query
             # heads does not commute with Alg. 3's per-KV-head mean over action tokens
             raise ValueError(f"kv_backend='paged' implements ActKV with head_reduce='mean_of_max' only, got policy "
-                             f"{policy.name!r}{'' if not isinstance(policy, ActKV) else f' ({policy.head_reduce})'}")
+                             f"{policy.name!r} (head_reduce={getattr(policy, 'head_reduce', None)!r})")
         if policy.compress_at != "never" and (budget is None or budget < 0):
             raise ValueError(f"policy {policy.name} needs a budget >= 0, got {budget}")
         cfg = model.config

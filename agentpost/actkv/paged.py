@@ -107,7 +107,8 @@ class PagedMirror:
 
     # ------------------------------------------------------------------------------------------- round boundary
     def action_attention(self, layer: int) -> torch.Tensor:
-        """Alg. 3: the recorded region's mean action attention ``(1, N)`` (float64, dense order); consumes the queries."""
+        """Alg. 3: the recorded region's mean action attention ``(1, N)`` (float64, dense order); consumes the
+        recorded queries (the dense accumulator's reset after a compression)."""
         return self._timed(self._action_attention, layer)
 
     def _lse(self, cache: PagedKVCache, layer: int, q: torch.Tensor, ctx: torch.Tensor) -> torch.Tensor:
