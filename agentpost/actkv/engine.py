@@ -1,4 +1,4 @@
-"""A real Hugging Face generation loop with a compressed KV cache (dense backend).
+"""A real Hugging Face generation loop with a compressed KV cache (dense and paged backends).
 
 - **Attention rows.** :func:`recording_attention` registers an eager attention function with transformers'
   ``AttentionInterface`` (plus the eager mask) and routes every layer's post-RoPE queries, cached keys and
@@ -7,10 +7,15 @@
   their last ``w`` post-RoPE queries and *recompute* window scores against the cached keys at compression time
   (``O(H_q w N d)`` per layer and compression), as their official code does.
 - **Compaction.** :func:`compact_cache` gathers the survivors of every layer into new ``cache.layers[i].keys``
-  / ``.values`` tensors (the torch reference of Algorithm 4's in-place copy; ``kv_backend="paged"`` is where
-  the Triton kernels plug in). Original positions are kept: keys keep their RoPE rotation and new tokens get
-  explicit ``position_ids`` equal to their position in the full trace. With ``rerotate_keys`` (StreamingLLM's
-  position shift) keys are rotated to in-cache positions and new tokens continue from the cache length.
+  / ``.values`` tensors (the torch reference of Algorithm 4's in-place copy). Original positions are kept: keys
+  keep their RoPE rotation and new tokens get explicit ``position_ids`` equal to their position in the full trace.
+  With ``rerotate_keys`` (StreamingLLM's position shift) keys are rotated to in-cache positions and new tokens
+  continue from the cache length.
+- **Paged backend.** ``kv_backend="paged"`` (ActKV with ``head_reduce="mean_of_max"``) is where the Triton
+  kernels plug in: a :class:`~agentpost.actkv.paged.PagedMirror` mirrors the evictable entries into a paged cache,
+  and at each round boundary the action attention comes from the decode kernel's log-sum-exp and Algorithm 3
+  instead of the eager probabilities, and compaction is Algorithm 4 on the paged cache, written back into the
+  DynamicCache. Algorithm 1 (``ActKV.keep_scores`` + :func:`select_top_b`) is the same code on both backends.
 - **Loops.** :func:`score_trace` feeds a given trace (teacher forcing) chunk by chunk and records each token's
   log-probability, top-1 prediction and confidence; :func:`generate` decodes greedily token by token with the
   streaming action-region detector. Both compress through the same :class:`CompressedSession`.
@@ -29,7 +34,8 @@ import torch
 
 from agentpost.actkv.budget import ConfidenceBudget, TokenConfidence, confidence_from_logits
 from agentpost.actkv.lrfu import select_top_b
-from agentpost.actkv.policies import KVPolicy
+from agentpost.actkv.paged import PagedMirror
+from agentpost.actkv.policies import ActKV, KVPolicy
 from agentpost.actkv.regions import ActionRegionDetector, RoundLayout
 
 KV_BACKENDS = ("dense", "paged")
@@ -115,6 +121,8 @@ class SessionStats:
     tokens: dict[int, int] = field(default_factory=dict)
     budgets: list[int] = field(default_factory=list)  # budget in force at each compression
     compressions: int = 0
+    kv_backend: str = "dense"
+    kernel_s: dict[int, float] = field(default_factory=dict)  # paged backend: time in the Triton ops (in overhead_s)
 
     def add(self, table: dict, r: int, v) -> None:
         table[r] = table.get(r, 0) + v
@@ -134,8 +142,11 @@ class CompressedSession:
 
         if kv_backend not in KV_BACKENDS:
             raise ValueError(f"kv_backend must be one of {KV_BACKENDS}, got {kv_backend!r}")
-        if kv_backend == "paged":
-            raise NotImplementedError("kv_backend='paged' needs the Triton paged cache (kernels/actkv); use 'dense'")
+        if kv_backend == "paged" and not (isinstance(policy, ActKV) and policy.head_reduce == "mean_of_max"):
+            # per_head keeps differ across KV heads while a paged slot holds all of them; "max" over all query
+            # heads does not commute with Alg. 3's per-KV-head mean over action tokens
+            raise ValueError(f"kv_backend='paged' implements ActKV with head_reduce='mean_of_max' only, got policy "
+                             f"{policy.name!r} (head_reduce={getattr(policy, 'head_reduce', None)!r})")
         if policy.compress_at != "never" and (budget is None or budget < 0):
             raise ValueError(f"policy {policy.name} needs a budget >= 0, got {budget}")
         cfg = model.config
@@ -152,7 +163,8 @@ class CompressedSession:
         self.positions = [torch.zeros(self.n_kv, 0, dtype=torch.long) for _ in range(self.n_layers)]
         self.confidence: TokenConfidence | None = None
         self.confidence_k, self.confidence_form = confidence_k, confidence_form
-        self.stats = SessionStats()
+        self.stats = SessionStats(kv_backend=kv_backend)
+        self.paged = PagedMirror(self.n_layers, prefix_len) if kv_backend == "paged" else None
         self.round = -1  # prefix prefill; the loops advance it at each round boundary
         self._observe_s = 0.0
 
@@ -167,7 +179,10 @@ class CompressedSession:
     def _sink(self, action_rows: torch.Tensor, region_open: bool):
         def sink(layer, q, k, probs, scaling):
             t0 = time.perf_counter()
-            self.policy.observe(layer, probs.detach(), q.detach(), action_rows, region_open, scaling)
+            if self.paged is None:
+                self.policy.observe(layer, probs.detach(), q.detach(), action_rows, region_open, scaling)
+            else:
+                self.paged.observe(layer, q.detach(), k.shape[1], action_rows, region_open, scaling)
             self._observe_s += time.perf_counter() - t0
         return sink
 
@@ -184,6 +199,10 @@ class CompressedSession:
         with recording_attention(self.model, self._sink(action_rows, region_open)):
             out = self.model(input_ids=ids.view(1, -1), position_ids=pos, cache=self.cache, use_cache=True)
         wall = time.perf_counter() - t0
+        if self.paged is not None:
+            t1 = time.perf_counter()
+            self._paged_call(self.paged.mirror, self.cache)
+            self.stats.add(self.stats.overhead_s, self.round, time.perf_counter() - t1)
         self.positions = [torch.cat([p, pos.expand(self.n_kv, -1)], dim=1) for p in self.positions]
         self.n_seen += q
         r = self.round
@@ -204,6 +223,13 @@ class CompressedSession:
         """Baselines' trigger: the evictable part exceeds ``B + L_bar`` (kv-baselines.md section 6)."""
         return self.policy.compress_at == "overflow" and self.n_evictable > self.budget + mean_round_len
 
+    def _paged_call(self, fn, *args):
+        """Run a :class:`PagedMirror` op, booking its kernel time on the current round."""
+        before = self.paged.kernel_s
+        out = fn(*args)
+        self.stats.add(self.stats.kernel_s, self.round, self.paged.kernel_s - before)
+        return out
+
     @torch.no_grad()
     def compress(self) -> None:
         """Score every layer, keep the prefix and the top-``B`` evictable entries, compact the cache."""
@@ -215,14 +241,20 @@ class CompressedSession:
         self.policy.budget = self.budget
         keep = []
         for layer_idx, layer in enumerate(self.cache.layers):
-            scores = self.policy.score(layer_idx, layer.keys[0])
+            if self.paged is None:
+                scores = self.policy.score(layer_idx, layer.keys[0])
+            else:
+                scores = self.policy.keep_scores(layer_idx, self._paged_call(self.paged.action_attention, layer_idx))
             idx = select_top_b(scores, self.budget)
             if idx.shape[0] == 1:
                 idx = idx.expand(self.n_kv, -1)
             keep.append(idx)
         self.stats.budgets.append(self.budget)
         if keep[0].shape[1] < self.n_evictable:
-            compact_cache(self.cache, keep, self.prefix_len)
+            if self.paged is None:
+                compact_cache(self.cache, keep, self.prefix_len)
+            else:
+                self._paged_call(self.paged.compact, self.cache, keep)
             for layer_idx, idx in enumerate(keep):
                 self.policy.on_compact(layer_idx, idx)
             for layer_idx, (layer, idx) in enumerate(zip(self.cache.layers, keep)):
@@ -331,13 +363,14 @@ def score_trace(model, input_ids: Sequence[int], layout: RoundLayout, policy: KV
 def generate(model, tokenizer, prompt_ids: Sequence[int], prefix_len: int, policy: KVPolicy, budget: int | None, *,
              max_new_tokens: int = 64, delimiters: str = "qwen", budget_rule: ConfidenceBudget | None = None,
              on_action_end: Callable[[list[int]], Sequence[int]] | None = None,
-             mean_round_len: float = 64.0) -> tuple[list[int], SessionStats]:
+             mean_round_len: float = 64.0, kv_backend: str = "dense") -> tuple[list[int], SessionStats]:
     """Greedy decoding with compression: the streaming detector marks action tokens; when an action closes, the
     optional ``on_action_end(generated)`` returns observation tokens to append (the environment's reply), then
     round-boundary policies compress before decoding resumes. Overflow policies compress past ``B + L_bar``.
     Returns the generated ids (observations included) and the session stats."""
     ids = torch.as_tensor(list(prompt_ids), dtype=torch.long)
-    sess = CompressedSession(model, policy, budget, prefix_len=prefix_len, budget_rule=budget_rule)
+    sess = CompressedSession(model, policy, budget, prefix_len=prefix_len, budget_rule=budget_rule,
+                             kv_backend=kv_backend)
     det = ActionRegionDetector(delimiters)
     for t in ids[prefix_len:].tolist():
         det.push(tokenizer.decode([t], skip_special_tokens=False))

@@ -80,8 +80,11 @@ class ActionAccumulator:
         return self.sum / self.count if self.count else torch.zeros_like(self.sum)
 
     def permute(self, keep: torch.Tensor) -> None:
-        """Keep only entries ``keep`` (``(G, n)`` or ``(n,)`` indices), in that order (compaction)."""
+        """Keep only entries ``keep`` (``(G, n)`` or ``(n,)`` indices), in that order (compaction); entries not
+        grown to yet count as 0."""
         keep = keep if keep.dim() == 2 else keep.unsqueeze(0).expand(self.n_groups, -1)
+        if keep.numel():
+            self.grow(int(keep.max()) + 1)
         self.sum = torch.gather(self.sum, 1, keep[: self.n_groups])
 
 

@@ -280,8 +280,13 @@ class ActKV(KVPolicy):
         acc = self._acc[layer]
         acc.grow(n)
         a = acc.mean()[:, :n]
-        self._ks[layer] = lrfu_update(self._ks[layer], a, nucleus_hits(a, self.p), self.decay)
         acc.reset()  # this round's action attention is consumed by the update
+        return self.keep_scores(layer, a)
+
+    def keep_scores(self, layer, a):
+        """LRFU update of the keep scores from the round's mean action attention ``a`` ``(G, N)`` — eager
+        probabilities (:meth:`score`) or Algorithm 3's recovery (``kv_backend="paged"``); returns ``(G, N)``."""
+        self._ks[layer] = lrfu_update(self._ks[layer], a, nucleus_hits(a, self.p), self.decay)
         return self._ks[layer]
 
     def on_compact(self, layer, keep):

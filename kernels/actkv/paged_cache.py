@@ -166,7 +166,11 @@ def keep_mask_from_scores(scores: torch.Tensor, seq_lens: torch.Tensor, budget: 
     """Selection primitive: keep = protected prefix ∪ top-``budget`` of ``scores`` among the other live entries.
 
     ``scores`` [R, N] (Alg. 1's keep scores KS, per layer), ``seq_lens`` [R], ``prefix_len`` int or [R].
-    Ties go to the more recent entry (spec ambiguity 8 default). Returns a bool [R, N] mask for the compaction ops.
+    Ties go to the higher index, i.e. the more recent entry only while logical order is recency order (spec
+    ambiguity 8 default); scores are compared in float32. Returns a bool [R, N] mask for the compaction ops.
+    The engine's ``kv_backend="paged"`` does not use it: after an in-place compaction logical order is no longer
+    recency, so it selects with :func:`agentpost.actkv.lrfu.select_top_b` on float64 keep scores held in position
+    order (the dense path's rule) and builds the mask from those indices (:mod:`agentpost.actkv.paged`).
     """
     if scores.dim() != 2 or seq_lens.shape != (scores.shape[0],):
         raise ValueError(f"scores must be [R, N] and seq_lens [R], got {tuple(scores.shape)} / {tuple(seq_lens.shape)}")

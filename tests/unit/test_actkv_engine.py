@@ -120,9 +120,7 @@ def test_streamingllm_rerotated_keys_continue_from_cache_length(model, trace):
     assert sess.positions[1][0, -2:].tolist() == [PREFIX + 20, PREFIX + 21]
 
 
-def test_paged_backend_is_explicitly_not_here(model):
-    with pytest.raises(NotImplementedError, match="paged"):
-        CompressedSession(model, make_policy("actkv"), 10, prefix_len=2, kv_backend="paged")
+def test_unknown_kv_backend_is_refused(model):
     with pytest.raises(ValueError, match="kv_backend"):
         CompressedSession(model, make_policy("actkv"), 10, prefix_len=2, kv_backend="blocks")
 
