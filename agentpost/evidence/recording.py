@@ -8,6 +8,7 @@ marks it as a scrapbook scrap so that myst-nb registers it for ``{glue:text}``/`
 from __future__ import annotations
 
 import base64
+import html
 import io
 import json
 import math
@@ -69,7 +70,10 @@ def glue(name: str, value: Any) -> None:
         raise ValueError(f"glue: metric name must be a snake_case identifier, got {name!r}")
     payload = _jsonable(value)
     scrap = {"name": name, "data": payload, "encoder": "json", "version": 1}
-    _display({SCRAP_MIME: scrap, "text/plain": format_value(payload)}, name, data=True)
+    text = format_value(payload)
+    # The cell shows "name = value"; {glue:text} in prose uses the bare text/plain value.
+    labelled = f'<code class="agentpost-glue">{html.escape(name)}</code> = {html.escape(text)}'
+    _display({SCRAP_MIME: scrap, "text/plain": text, "text/html": labelled}, name, data=True)
 
 
 def glue_table(name: str, frame: Any) -> None:

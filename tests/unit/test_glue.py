@@ -39,6 +39,7 @@ def test_glue_bundle_is_read_by_scrapbook(tmp_path, captured):
     assert g.read_scraps(json.loads(path.read_text()))["test_nll_nats"] == pytest.approx(3.14159265)
     first = captured[0]
     assert first["data"]["text/plain"] == "3.142"
+    assert first["data"]["text/html"] == '<code class="agentpost-glue">test_nll_nats</code> = 3.142'
     assert first["metadata"]["scrapbook"] == {"name": "test_nll_nats", "data": True, "display": True, "mime_prefix": ""}
 
 
