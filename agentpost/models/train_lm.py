@@ -4,7 +4,7 @@ The traces are a **synthetic trace format over real StableToolBench API docs** (
 Phases (all on CPU, deterministic for a seed and thread count):
 
 1. pretrain on random 512-token windows of WikiText-2 train (next-token loss on every token);
-2. fine-tune on train-split traces of mixed shapes (rounds, distractors, doc length), loss on the assistant turns
+2. fine-tune on packed train-split traces, a curriculum from short to long copy distances, loss on the assistant turns
    (reasoning + action: completion-only SFT), each step also taking a WikiText-2 window to keep language;
 3. evaluate WikiText-2 validation/test perplexity (non-overlapping 1024-token windows; per BPE token and per
    WikiText word) and, on held-out query groups, action-token NLL/accuracy, API-name-token accuracy and
@@ -32,30 +32,36 @@ import torch
 import torch.nn.functional as F
 
 from agentpost.data import files_read
-from agentpost.data.tooltraces import TRACE_LABEL, build_traces, tokenize_trace
+from agentpost.data.tooltraces import SPLIT_GROUPS, TRACE_LABEL, build_traces, tokenize_trace
 from agentpost.data.wikitext2 import read_split, words
 from agentpost.evidence.hashing import sha256_file
 from agentpost.models.lm import DEFAULT_DIR, tool_lm_config
 from agentpost.models.tokenizer import ASSET_DIR as TOKENIZER_DIR
 from agentpost.models.tokenizer import load_tokenizer
 
-#: Fine-tuning trace shapes (rounds, distractors, max_doc_chars), cycled; short docs put more actions per token.
-FINETUNE_SHAPES = ((3, 1, 100), (4, 1, 120), (4, 2, 100), (5, 1, 150), (3, 2, 150), (6, 1, 100), (4, 2, 200), (5, 2, 120))
-#: Held-out evaluation shape: the build_traces defaults.
-EVAL_SHAPE = dict(rounds=4, distractors=2, max_doc_chars=300)
+#: Fine-tuning curriculum: equal-length stages of trace shapes (rounds, distractors, max_doc_chars), short copy
+#: distances first; traces are packed into sequences of at least ``pack_len`` tokens.
+FINETUNE_STAGES = (
+    ((2, 1, 60), (3, 1, 60), (3, 2, 80)),
+    ((4, 1, 100), (4, 2, 120), (5, 1, 150)),
+    ((4, 2, 200), (6, 2, 150), (4, 2, 300)),
+)
+#: Held-out evaluation shapes: the build_traces defaults, and a short one (copy distance of a few hundred tokens).
+EVAL_SHAPES = {"default": dict(rounds=4, distractors=2, max_doc_chars=300), "short": dict(rounds=3, distractors=1, max_doc_chars=100)}
 
 
 @dataclass
 class Hyper:
     seed: int = 0
     threads: int = 1
-    pretrain_steps: int = 150
+    pretrain_steps: int = 300
     pretrain_batch: int = 2
     pretrain_len: int = 512
     pretrain_lr: float = 3e-3
-    finetune_steps: int = 300
+    finetune_steps: int = 600
     finetune_lr: float = 2e-3
     finetune_max_len: int = 2400
+    pack_len: int = 1024
     wiki_mix_len: int = 128
     wiki_mix_weight: float = 0.5
     warmup_steps: int = 30
@@ -194,30 +200,38 @@ def train(out_dir: Path = DEFAULT_DIR, hp: Hyper = Hyper()) -> dict:
     pretrain_s = time.time() - t_pre
 
     # 2. fine-tuning on train-split traces
-    pool = []
-    per_shape = -(-hp.finetune_steps // len(FINETUNE_SHAPES))
-    for i, (r, d, c) in enumerate(FINETUNE_SHAPES):
-        for tr in build_traces("train", n_traces=per_shape, rounds=r, distractors=d, max_doc_chars=c, seed=hp.seed + i):
-            tt = tokenize_trace(tr, tok)
-            if len(tt.input_ids) <= hp.finetune_max_len:
-                pool.append((tt.input_ids, _assistant_mask(tr, tt, tok)))
-    order = rng.permutation(len(pool))[: hp.finetune_steps]
-    log(f"fine-tuning pool: {len(pool)} traces, mean {np.mean([len(p[0]) for p in pool]):.0f} tokens; using {len(order)}")
+    def stream(stage: int):
+        """Tokenized train traces of one curriculum stage, its shapes interleaved, in chunks of 64 per shape."""
+        for chunk in range(10**9):
+            items = []
+            for j, (r, d, c) in enumerate(FINETUNE_STAGES[stage]):
+                seed = hp.seed + 1000 * stage + 100 * chunk + j
+                for tr in build_traces("train", n_traces=64, rounds=r, distractors=d, max_doc_chars=c, seed=seed):
+                    tt = tokenize_trace(tr, tok)
+                    if len(tt.input_ids) <= hp.finetune_max_len:
+                        items.append((tt.input_ids, _assistant_mask(tr, tt, tok)))
+            yield from (items[k] for k in rng.permutation(len(items)))
+
     opt = torch.optim.AdamW(model.parameters(), lr=hp.finetune_lr, weight_decay=hp.weight_decay, betas=(0.9, 0.95))
     model.train()
     t_ft = time.time()
-    ft_tokens = 0
-    for step, k in enumerate(order):
+    ft_tokens = n_traces = 0
+    n_stages = len(FINETUNE_STAGES)
+    streams = [stream(i) for i in range(n_stages)]
+    for step in range(hp.finetune_steps):
         for g in opt.param_groups:
-            g["lr"] = _lr(step, len(order), hp.finetune_lr, hp.warmup_steps)
-        ids, mask = pool[k]
+            g["lr"] = _lr(step, hp.finetune_steps, hp.finetune_lr, hp.warmup_steps)
+        ids, mask = [], []
+        while len(ids) < hp.pack_len:
+            a, m = next(streams[min(n_stages - 1, step * n_stages // hp.finetune_steps)])
+            ids, mask, n_traces = ids + a, mask + m, n_traces + 1
         x = torch.tensor(ids, dtype=torch.long)[None]
         trace_loss = _lm_loss(model, x, torch.tensor(mask, dtype=torch.float32)[None])
         wiki_loss = _lm_loss(model, _windows(wiki["train"], rng, 1, hp.wiki_mix_len))
         _step(model, opt, trace_loss + hp.wiki_mix_weight * wiki_loss, hp.grad_clip)
         ft_tokens += len(ids) + hp.wiki_mix_len
-        if step % hp.log_every == 0 or step == len(order) - 1:
-            log(f"finetune {step + 1}/{len(order)} trace loss {trace_loss.item():.3f} wiki loss {wiki_loss.item():.3f}")
+        if step % hp.log_every == 0 or step == hp.finetune_steps - 1:
+            log(f"finetune {step + 1}/{hp.finetune_steps} ({len(ids)} tokens) trace loss {trace_loss.item():.3f} wiki loss {wiki_loss.item():.3f}")
     finetune_s = time.time() - t_ft
 
     # 3. save (before evaluation, so an interrupted evaluation keeps the weights)
@@ -238,10 +252,12 @@ def train(out_dir: Path = DEFAULT_DIR, hp: Hyper = Hyper()) -> dict:
         ppl[s] = {**wikitext_perplexity(model, ids, hp.eval_len, n_words), "of_split_tokens": len(wiki[s])}
     log(f"perplexity {ppl}")
     held_out = {}
-    for split in ("validation", "test"):
-        traces = build_traces(split, n_traces=hp.eval_traces, seed=hp.seed, **EVAL_SHAPE)
-        held_out[split] = trace_metrics(model, [tokenize_trace(t, tok) for t in traces])
-        log(f"{split} traces {held_out[split]}")
+    for name, shape in EVAL_SHAPES.items():
+        held_out[name] = {"shape": shape}
+        for split in ("validation", "test"):
+            traces = build_traces(split, n_traces=hp.eval_traces, seed=hp.seed, **shape)
+            held_out[name][split] = trace_metrics(model, [tokenize_trace(t, tok) for t in traces])
+            log(f"{name} {split} traces {held_out[name][split]}")
     eval_s = time.time() - t_ev
     receipt = {
         "artifact": "tool-lm: Qwen3-architecture causal LM with GQA, WikiText-2 pretrained, tool-trace fine-tuned",
@@ -257,15 +273,15 @@ def train(out_dir: Path = DEFAULT_DIR, hp: Hyper = Hyper()) -> dict:
                                                            "num_key_value_heads", "head_dim",
                                                            "max_position_embeddings", "tie_word_embeddings")},
         "parameters": n_params,
-        "finetune_shapes": [dict(rounds=r, distractors=d, max_doc_chars=c) for r, d, c in FINETUNE_SHAPES],
-        "finetune_pool_traces": len(pool),
-        "steps": {"pretrain": hp.pretrain_steps, "finetune": len(order)},
+        "finetune_stages": [[dict(rounds=r, distractors=d, max_doc_chars=c) for r, d, c in st] for st in FINETUNE_STAGES],
+        "finetune_traces": n_traces,
+        "steps": {"pretrain": hp.pretrain_steps, "finetune": hp.finetune_steps},
         "tokens_seen": {"pretrain": hp.pretrain_steps * hp.pretrain_batch * hp.pretrain_len, "finetune": ft_tokens},
         "wall_s": {"pretrain": round(pretrain_s, 1), "finetune": round(finetune_s, 1), "eval": round(eval_s, 1),
                    "total": round(time.time() - t0, 1)},
         "device": f"cpu ({hp.threads} threads)",
         "wikitext2_perplexity": ppl,
-        "held_out_traces": {"shape": EVAL_SHAPE, "seed": hp.seed, **held_out},
+        "held_out_traces": {"seed": hp.seed, "splits": SPLIT_GROUPS, **held_out},
         "checkpoint": {"file": weights.name, "bytes": weights.stat().st_size, "sha256": sha256_file(weights)},
         "versions": _versions(),
     }
