@@ -3,9 +3,7 @@
 The traces are a **synthetic trace format over real StableToolBench API docs** (:mod:`agentpost.data.tooltraces`).
 Phases (all on CPU, deterministic for a seed and thread count):
 
-1. pretrain on random 512-token windows of WikiText-2 train (next-token loss on every token), then a short
-   **synthetic** copy warm-up (random token segments repeated once; loss on the repeat) so that in-context copying,
-   which every trace action needs, forms within the CPU budget;
+1. pretrain on random 512-token windows of WikiText-2 train (next-token loss on every token);
 2. fine-tune on packed train-split traces, a curriculum from short to long copy distances, loss on the assistant turns
    (reasoning + action: completion-only SFT), each step also taking a WikiText-2 window to keep language;
 3. evaluate WikiText-2 validation/test perplexity (non-overlapping 1024-token windows; per BPE token and per
@@ -39,7 +37,7 @@ from agentpost.data.wikitext2 import read_split, words
 from agentpost.evidence.hashing import sha256_file
 from agentpost.models.lm import DEFAULT_DIR, tool_lm_config
 from agentpost.models.tokenizer import ASSET_DIR as TOKENIZER_DIR
-from agentpost.models.tokenizer import SPECIAL_TOKENS, load_tokenizer
+from agentpost.models.tokenizer import load_tokenizer
 
 #: Fine-tuning curriculum: equal-length stages of trace shapes (rounds, distractors, max_doc_chars), short copy
 #: distances first; traces are packed into sequences of at least ``pack_len`` tokens.
@@ -56,14 +54,11 @@ EVAL_SHAPES = {"default": dict(rounds=4, distractors=2, max_doc_chars=300), "sho
 class Hyper:
     seed: int = 0
     threads: int = 1
-    pretrain_steps: int = 200
+    pretrain_steps: int = 300
     pretrain_batch: int = 2
     pretrain_len: int = 512
     pretrain_lr: float = 3e-3
-    copy_steps: int = 500
-    copy_batch: int = 4
-    copy_len: int = 128
-    finetune_steps: int = 500
+    finetune_steps: int = 600
     finetune_lr: float = 2e-3
     finetune_max_len: int = 2400
     pack_len: int = 1024
@@ -204,23 +199,6 @@ def train(out_dir: Path = DEFAULT_DIR, hp: Hyper = Hyper()) -> dict:
             log(f"pretrain {step + 1}/{hp.pretrain_steps} loss {loss.item():.3f}")
     pretrain_s = time.time() - t_pre
 
-    # 1b. synthetic copy warm-up: a random token segment, then the same segment again; loss on the repeat only.
-    # Labeled synthetic: it teaches in-context copying (induction) that the trace actions need, with no tool text.
-    t_copy = time.time()
-    normal = np.arange(len(SPECIAL_TOKENS), config.vocab_size)
-    for step in range(hp.copy_steps):
-        for g in opt.param_groups:
-            g["lr"] = hp.finetune_lr
-        seg = rng.choice(normal, size=(hp.copy_batch, hp.copy_len))
-        x = torch.tensor(np.concatenate([seg, seg], axis=1), dtype=torch.long)
-        w = torch.zeros_like(x, dtype=torch.float32)
-        w[:, hp.copy_len:] = 1.0
-        loss = _lm_loss(model, x, w)
-        _step(model, opt, loss, hp.grad_clip)
-        if step % hp.log_every == 0 or step == hp.copy_steps - 1:
-            log(f"copy warm-up {step + 1}/{hp.copy_steps} loss {loss.item():.3f}")
-    copy_s = time.time() - t_copy
-
     # 2. fine-tuning on train-split traces
     def stream(stage: int):
         """Tokenized train traces of one curriculum stage, its shapes interleaved, in chunks of 64 per shape."""
@@ -297,10 +275,9 @@ def train(out_dir: Path = DEFAULT_DIR, hp: Hyper = Hyper()) -> dict:
         "parameters": n_params,
         "finetune_stages": [[dict(rounds=r, distractors=d, max_doc_chars=c) for r, d, c in st] for st in FINETUNE_STAGES],
         "finetune_traces": n_traces,
-        "steps": {"pretrain": hp.pretrain_steps, "copy_warmup": hp.copy_steps, "finetune": hp.finetune_steps},
-        "tokens_seen": {"pretrain": hp.pretrain_steps * hp.pretrain_batch * hp.pretrain_len,
-                        "copy_warmup": hp.copy_steps * hp.copy_batch * 2 * hp.copy_len, "finetune": ft_tokens},
-        "wall_s": {"pretrain": round(pretrain_s, 1), "copy_warmup": round(copy_s, 1), "finetune": round(finetune_s, 1), "eval": round(eval_s, 1),
+        "steps": {"pretrain": hp.pretrain_steps, "finetune": hp.finetune_steps},
+        "tokens_seen": {"pretrain": hp.pretrain_steps * hp.pretrain_batch * hp.pretrain_len, "finetune": ft_tokens},
+        "wall_s": {"pretrain": round(pretrain_s, 1), "finetune": round(finetune_s, 1), "eval": round(eval_s, 1),
                    "total": round(time.time() - t0, 1)},
         "device": f"cpu ({hp.threads} threads)",
         "wikitext2_perplexity": ppl,
