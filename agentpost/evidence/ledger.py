@@ -94,6 +94,21 @@ def _has_metrics(group: list[Run], metrics: tuple[str, ...]) -> bool:
     return bool(metrics) and all(all(m in r.receipt["metrics"] for m in metrics) for r in group)
 
 
+def _outcome(group: list[Run], metrics: tuple[str, ...]) -> str:
+    """The verdict-like metrics of a claim (strings, or dicts of strings) as recorded across the seeds' runs.
+
+    A level says evidence exists; the outcome says whether it supports the claim, contradicts it or is null.
+    """
+    parts = []
+    for m in metrics:
+        values = [r.receipt["metrics"][m] for r in sorted(group, key=lambda r: r.receipt["seed"])]
+        if all(isinstance(v, str) or (isinstance(v, dict) and all(isinstance(x, str) for x in v.values())) for v in values):
+            shown = {json.dumps(v, sort_keys=True) for v in values}
+            text = " / ".join(_fmt(v) for v in values) if len(shown) > 1 else _fmt(values[0])
+            parts.append(f"{m} = {text}")
+    return "; ".join(parts)
+
+
 def claim_status(chapter: Chapter, claim: Claim, tests: dict, runs: dict[tuple[str, str], list[Run]]) -> ClaimStatus:
     levels = dict.fromkeys(LEVELS, False)
     notes = {}
@@ -122,6 +137,8 @@ def claim_status(chapter: Chapter, claim: Claim, tests: dict, runs: dict[tuple[s
         for lvl in reached:
             levels[lvl] = True
             notes[lvl] = f"profile {profile}, seeds {sorted(seeds)}"
+        if outcome := _outcome(group, claim.metrics):
+            notes["outcome"] = outcome
     if not claim.metrics:
         notes.setdefault("diagnostic", "no metric is tied to this claim")
     return ClaimStatus(chapter, claim, levels, notes)
@@ -136,6 +153,8 @@ def ledger_rows(tests: dict, runs) -> list[ClaimStatus]:
 def _fmt(value) -> str:
     if isinstance(value, float):
         return f"{value:.4g}"
+    if isinstance(value, dict):
+        return ", ".join(f"{k}: {_fmt(v)}" for k, v in value.items())
     return str(value)
 
 
