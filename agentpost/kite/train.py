@@ -10,7 +10,6 @@ thread count, so a seed gives the same numbers every time.
 from __future__ import annotations
 
 import functools
-import math
 from dataclasses import asdict, dataclass
 
 import numpy as np
@@ -20,6 +19,7 @@ import torch.nn.functional as F
 from agentpost.kite.expansion import expand
 from agentpost.kite.flops import match_budget, relative_budget_error, training_flops_per_sequence
 from agentpost.kite.model import DenseLM, SSTLM, build
+from agentpost.models.schedules import warmup_cosine
 
 ARMS = ("sst", "dense_flops", "dense_kv")
 _DENSE_KEYS = ("vocab_size", "d_model", "n_heads", "n_prefill", "n_decode", "d_ff", "attention")
@@ -92,13 +92,6 @@ def sample_windows(stream: torch.Tensor, n: int, seq_len: int, gen: torch.Genera
     return torch.stack([stream[s: s + seq_len + 1] for s in starts.tolist()])
 
 
-def lr_at(step: int, total: int, peak: float, warmup: int) -> float:
-    """Linear warmup to ``peak`` over ``warmup`` updates, then cosine decay to ``0.1 * peak`` at ``total``."""
-    if step < warmup:
-        return peak * (step + 1) / warmup
-    frac = (step - warmup) / max(1, total - warmup)
-    return peak * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * frac)))
-
 
 def fit(model: torch.nn.Module, stream: torch.Tensor, batch_sizes: list[int], lr: float, spec: TrainSpec,
         gen: torch.Generator) -> list[float]:
@@ -108,7 +101,7 @@ def fit(model: torch.nn.Module, stream: torch.Tensor, batch_sizes: list[int], lr
     losses = []
     for step, b in enumerate(batch_sizes):
         for group in opt.param_groups:
-            group["lr"] = lr_at(step, len(batch_sizes), lr, spec.warmup)
+            group["lr"] = warmup_cosine(step, len(batch_sizes), lr, spec.warmup)
         batch = sample_windows(stream, b, spec.seq_len, gen).to(spec.device)
         logits = model(batch[:, :-1])
         loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), batch[:, 1:].reshape(-1))

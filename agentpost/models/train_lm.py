@@ -42,6 +42,7 @@ from agentpost.data.wikitext2 import read_split, words
 from agentpost.evidence.hashing import sha256_file
 from agentpost.models.lm import DEFAULT_DIR, tool_lm_config
 from agentpost.models.tokenizer import ASSET_DIR as TOKENIZER_DIR
+from agentpost.models.schedules import warmup_cosine
 from agentpost.models.tokenizer import load_tokenizer
 
 #: Fine-tuning curriculum: equal-length stages of trace shapes (rounds, distractors, max_doc_chars), short copy
@@ -76,14 +77,6 @@ class Hyper:
     eval_max_tokens: int = 32768  # per WikiText-2 split: the first this-many tokens (CPU budget)
     eval_traces: int = 24  # held-out traces per split, in split order
     log_every: int = 25
-
-
-def _lr(step: int, total: int, peak: float, warmup: int) -> float:
-    """Linear warmup then cosine decay to 10% of the peak."""
-    if step < warmup:
-        return peak * (step + 1) / warmup
-    frac = (step - warmup) / max(1, total - warmup)
-    return peak * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * frac)))
 
 
 def _lm_loss(model, ids: torch.Tensor, weights: torch.Tensor | None = None) -> torch.Tensor:
@@ -197,7 +190,7 @@ def train(out_dir: Path = DEFAULT_DIR, hp: Hyper = Hyper()) -> dict:
     t_pre = time.time()
     for step in range(hp.pretrain_steps):
         for g in opt.param_groups:
-            g["lr"] = _lr(step, hp.pretrain_steps, hp.pretrain_lr, hp.warmup_steps)
+            g["lr"] = warmup_cosine(step, hp.pretrain_steps, hp.pretrain_lr, hp.warmup_steps)
         loss = _lm_loss(model, _windows(wiki["train"], rng, hp.pretrain_batch, hp.pretrain_len))
         _step(model, opt, loss, hp.grad_clip)
         if step % hp.log_every == 0 or step == hp.pretrain_steps - 1:
@@ -225,7 +218,7 @@ def train(out_dir: Path = DEFAULT_DIR, hp: Hyper = Hyper()) -> dict:
     streams = [stream(i) for i in range(n_stages)]
     for step in range(hp.finetune_steps):
         for g in opt.param_groups:
-            g["lr"] = _lr(step, hp.finetune_steps, hp.finetune_lr, hp.warmup_steps)
+            g["lr"] = warmup_cosine(step, hp.finetune_steps, hp.finetune_lr, hp.warmup_steps)
         ids, mask = [], []
         while len(ids) < hp.pack_len:
             a, m = next(streams[min(n_stages - 1, step * n_stages // hp.finetune_steps)])

@@ -7,8 +7,9 @@ import pytest
 import torch
 
 from agentpost.kite.latency import advantage_starts, measure, ratios
-from agentpost.kite.train import (TrainSpec, article_chunks, lr_at, per_article_nll, sample_windows, token_stream,
+from agentpost.kite.train import (TrainSpec, article_chunks, per_article_nll, sample_windows, token_stream,
                                   train_arm)
+from agentpost.models.schedules import warmup_cosine as lr_at
 
 TINY = dict(vocab_size=4096, d_model=16, n_heads=2, d_ff=32)
 SPEC = TrainSpec(seq_len=8, batch_size=32, stage1_updates=3, stage2_updates=3, warmup=2)
