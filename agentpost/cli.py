@@ -50,11 +50,11 @@ def _cmd_validate(args) -> int:
     from agentpost.project import project_root
 
     root = project_root() / "book" / "runs"
-    paths = [Path(p) for p in args.paths] or [root]
-    run_dirs = sorted({r.parent for p in paths for r in ([p / RECEIPT_NAME] if (p / RECEIPT_NAME).is_file() else p.rglob(RECEIPT_NAME))
-                       if not r.parent.name.startswith(".tmp-")})
+    paths = [Path(p) for p in args.paths] or ([root] if root.is_dir() else [])
     if any(not p.exists() for p in paths):
         raise UsageError(f"no such path: {', '.join(str(p) for p in paths if not p.exists())}")
+    run_dirs = sorted({r.parent for p in paths for r in ([p / RECEIPT_NAME] if (p / RECEIPT_NAME).is_file() else p.rglob(RECEIPT_NAME))
+                       if not r.parent.name.startswith(".tmp-")})
     problems = [p for d in run_dirs for p in validate_run(d)]
     for p in problems:
         print(f"INVALID {p}")

@@ -125,3 +125,13 @@ def test_a_failing_notebook_is_recorded_and_others_continue(project):
     assert receipt["status"] == "failed"
     assert receipt["error"]["ename"] == "ValueError" and "fraction" in receipt["error"]["evalue"]
     assert "FAILED paired-protocol seed 7" in result.stdout
+
+
+def test_validate_on_a_fresh_checkout_and_a_missing_path(tmp_path):
+    from tests.e2e.conftest import make_project
+
+    fresh = make_project(tmp_path)
+    result = agentpost(fresh, "validate")
+    assert result.returncode == 0 and "0 run(s) checked" in result.stdout
+    result = agentpost(fresh, "validate", str(tmp_path / "nope"))
+    assert result.returncode == 2 and "no such path" in result.stderr
