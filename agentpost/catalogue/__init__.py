@@ -20,7 +20,7 @@ Schema of ``<id>.yaml``::
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
@@ -49,7 +49,6 @@ class Chapter:
     claims: tuple[Claim, ...]
     gaps: tuple[str, ...]
     summary: str = ""
-    params: dict = field(default_factory=dict, compare=False)
 
     @property
     def notebook(self) -> Path:

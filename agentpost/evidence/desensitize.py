@@ -7,7 +7,6 @@ import os
 import re
 import socket
 import sys
-from pathlib import Path
 
 from agentpost.project import project_root
 
@@ -55,11 +54,3 @@ def desensitize_text(text: str) -> str:
             continue
         text = re.sub(rf"\b{re.escape(word)}\b", "<host-or-user>", text)
     return text
-
-
-def relative_to_repo(path: Path) -> str:
-    path = Path(path).resolve()
-    try:
-        return path.relative_to(project_root()).as_posix()
-    except ValueError:
-        return desensitize_text(str(path))
