@@ -54,9 +54,9 @@ def sanitize_notebook(nb: dict) -> dict:
     return json.loads(desensitize_text(json.dumps(nb)))
 
 
-def cached_result(spec: RunSpec) -> RunResult | None:
-    """The successful run with the same key, if any."""
-    path = run_dir_for(spec, run_key(spec))
+def cached_result(spec: RunSpec, key: str | None = None) -> RunResult | None:
+    """The successful run with the same key (computed from the inputs when not given), if any."""
+    path = run_dir_for(spec, key or run_key(spec))
     receipt_path = path / rc.RECEIPT_NAME
     if receipt_path.is_file():
         receipt = rc.load(receipt_path)
@@ -71,7 +71,7 @@ def execute(spec: RunSpec, *, force: bool = False) -> RunResult:
     hashes = input_hashes(spec)
     key = run_key(spec, hashes)
     final = run_dir_for(spec, key)
-    if not force and (hit := cached_result(spec)) is not None:
+    if not force and (hit := cached_result(spec, key)) is not None:
         return hit
     chapter = get_chapter(spec.chapter)
     tmp = final.with_name(f".tmp-{final.name}")
