@@ -95,14 +95,17 @@ def _has_metrics(group: list[Run], metrics: tuple[str, ...]) -> bool:
 
 
 def _outcome(group: list[Run], metrics: tuple[str, ...]) -> str:
-    """The verdict-like metrics of a claim (strings, or dicts of strings) as recorded across the seeds' runs.
+    """What the claim's metrics say across the seeds' runs: verdict-like values as recorded, numbers as their mean.
 
     A level says evidence exists; the outcome says whether it supports the claim, contradicts it or is null.
     """
     parts = []
     for m in metrics:
         values = [r.receipt["metrics"][m] for r in sorted(group, key=lambda r: r.receipt["seed"])]
-        if all(isinstance(v, str) or (isinstance(v, dict) and all(isinstance(x, str) for x in v.values())) for v in values):
+        if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
+            parts.append(f"{m} = {sum(values) / len(values):.4g} (mean of {len(values)} seeds)")
+        elif all(isinstance(v, (str, bool)) or (isinstance(v, dict) and all(isinstance(x, str) for x in v.values()))
+                 for v in values):
             shown = {json.dumps(v, sort_keys=True) for v in values}
             text = " / ".join(_fmt(v) for v in values) if len(shown) > 1 else _fmt(values[0])
             parts.append(f"{m} = {text}")

@@ -19,7 +19,8 @@ def test_ledger_and_book_build(project, tmp_path):
     assert level["C1"] == "**mechanism**"  # tests passed, no metric tied
     assert level["C2"] == "**none**"  # a failing test withholds the level
     assert level["C3"] == "**diagnostic**"  # three valid seeds record its metrics
-    assert "outcome: paired_verdict = " in section  # the level comes with what the evidence says
+    assert "paired_verdict = " in section  # the level comes with what the evidence says
+    assert "test_nll_trigram_nats = " in section and "(mean of 3 seeds)" in section
     assert "| [opsd](#opsd) | not started |" in page
     evidence = (project / "book" / "generated" / "evidence" / "paired-protocol.md").read_text()
     assert "| 11 | ok | yes" in evidence and "paired_trigram_vs_bigram" in evidence
