@@ -218,7 +218,7 @@ def per_seed_values(df, method: str, ratio: float, metric: str) -> dict[int, lis
 
 
 def paired_vs_baselines(df, *, ratio: float, meta, metric: str = "nll_increase_nats", higher_is_better: bool = False,
-                        baselines: Sequence[str] = BASELINES, min_effect: float = 0.0, method: str = "actkv") -> dict:
+                        min_effect: float, baselines: Sequence[str] = BASELINES, method: str = "actkv") -> dict:
     """ActKV (arm b) against each baseline (arm a) through :func:`agentpost.stats.paired.compare`."""
     from agentpost.stats.paired import compare
 

@@ -108,3 +108,21 @@ def read_scraps(notebook: dict) -> dict[str, Any]:
                     scrap = json.loads(scrap)
                 scraps[scrap["name"]] = scrap["data"]
     return scraps
+
+
+def glue_paired(name: str, result: Any) -> None:
+    """Record one paired comparison (a :class:`agentpost.stats.paired.PairedResult`) under ``name``.
+
+    The one way a chapter records a comparison: the scrap holds ``result.as_dict()`` (estimate, CI, MDE, smallest
+    effect of interest, verdict, variance components, seeds and items), which the evidence pages and the ledger
+    render in one table form; the cell shows the result's one-line summary.
+    """
+    if not hasattr(result, "as_dict") or not hasattr(result, "summary"):
+        raise TypeError(f"glue_paired: {name!r} needs a PairedResult from agentpost.stats.paired.compare, "
+                        f"got {type(result).__name__}")
+    if not isinstance(name, str) or not name.isidentifier():
+        raise ValueError(f"glue_paired: comparison name must be a snake_case identifier, got {name!r}")
+    scrap = {"name": name, "data": _jsonable(result.as_dict()), "encoder": "json", "version": 1}
+    text = result.summary()
+    labelled = f'<code class="agentpost-glue">{html.escape(name)}</code>: {html.escape(text)}'
+    _display({SCRAP_MIME: scrap, "text/plain": text, "text/html": labelled}, name, data=True)

@@ -156,9 +156,10 @@ def compare(
     meta_a: ArmMeta,
     meta_b: ArmMeta,
     higher_is_better: bool,
+    min_effect: float,
+    shared_items: bool = False,
     name_a: str = "a",
     name_b: str = "b",
-    min_effect: float = 0.0,
     alpha: float = 0.05,
     n_boot: int = 4000,
     rng: int = 0,
@@ -166,10 +167,14 @@ def compare(
     """Paired test comparison of arm ``b`` against arm ``a`` over seeds.
 
     ``a[seed]`` and ``b[seed]`` are per-item test values (e.g. per-article NLL) on the same items in the same order.
-    ``min_effect`` is the smallest difference that matters to the chapter: when nothing is significant and the
-    run could not have detected an effect of that size (MDE > ``min_effect``) the verdict is ``underpowered``
-    rather than ``no detectable difference``.
+    ``min_effect`` (required, no default) is the smallest difference that matters to the chapter, stated and
+    justified where the chapter calls this: when nothing is significant and the run could not have detected an
+    effect of that size (MDE > ``min_effect``) the verdict is ``underpowered`` rather than ``no detectable
+    difference``. ``shared_items`` says the same items (same list, same order) are scored in every seed, so item is
+    a crossed factor.
     """
+    if not isinstance(min_effect, (int, float)) or isinstance(min_effect, bool) or not min_effect > 0:
+        raise ProtocolError(f"min_effect must be a positive number (the smallest effect of interest), got {min_effect!r}")
     _check_meta(meta_a, meta_b)
     seeds, per_seed = _paired_arrays(a, b)
     d = np.concatenate(per_seed)
@@ -208,7 +213,7 @@ def compare(
         min_effect=float(min_effect),
         higher_is_better=higher_is_better,
         verdict=verdict,
-        meta=asdict(meta_a),
+        meta={**asdict(meta_a), "shared_items": bool(shared_items)},
     )
 
 

@@ -23,7 +23,7 @@ TOY_B = {1: [2.0, 1.0], 2: [2.0, 1.0], 3: [1.0, 1.0]}
 @pytest.mark.claim("paired-protocol", "C1")
 def test_worked_example_by_hand():
     # d = b - a = (-1, -1, -2, 0, -1, -1): mean -1, sd = sqrt(0.4), t = -1 / (sqrt(0.4)/sqrt(6)) = -3.873
-    r = compare(TOY_A, TOY_B, meta_a=META, meta_b=META, higher_is_better=False)
+    r = compare(TOY_A, TOY_B, meta_a=META, meta_b=META, higher_is_better=False, min_effect=0.05)
     assert r.mean_diff == pytest.approx(-1.0)
     assert r.t_stat == pytest.approx(-1 / (np.sqrt(0.4) / np.sqrt(6)), rel=1e-12)
     assert r.per_seed_mean_diff == {"1": -1.0, "2": -1.0, "3": -1.0}
@@ -38,7 +38,7 @@ def test_statistics_match_scipy():
     rng = np.random.default_rng(0)
     a = {s: rng.normal(size=40) for s in range(3)}
     b = {s: a[s] + 0.3 + rng.normal(scale=0.5, size=40) for s in range(3)}
-    r = compare(a, b, meta_a=META, meta_b=META, higher_is_better=True)
+    r = compare(a, b, meta_a=META, meta_b=META, higher_is_better=True, min_effect=0.05)
     d = np.concatenate([b[s] - a[s] for s in range(3)])
     t = stats.ttest_rel(np.concatenate([b[s] for s in range(3)]), np.concatenate([a[s] for s in range(3)]))
     assert r.t_stat == pytest.approx(t.statistic) and r.t_pvalue == pytest.approx(t.pvalue)
@@ -77,7 +77,7 @@ def test_mde_is_the_effect_detected_with_80_percent_power():
 def test_sign_test_and_verdicts():
     assert sign_test_pvalue(np.array([1.0, 1.0, 1.0, 1.0, 1.0])) == pytest.approx(2 * 0.5**5)
     same = {s: [1.0, 2.0, 3.0] for s in range(3)}
-    r = compare(same, same, meta_a=META, meta_b=META, higher_is_better=True)
+    r = compare(same, same, meta_a=META, meta_b=META, higher_is_better=True, min_effect=0.05)
     assert r.verdict == "no detectable difference" and r.mean_diff == 0
     rng = np.random.default_rng(3)
     a = {s: rng.normal(size=5) for s in range(3)}
@@ -91,17 +91,17 @@ def test_sign_test_and_verdicts():
 def test_refuses_unmatched_arms(field, value):
     other = ArmMeta(**{**META.__dict__, field: value})
     with pytest.raises(ProtocolError, match=field):
-        compare(TOY_A, TOY_B, meta_a=META, meta_b=other, higher_is_better=False)
+        compare(TOY_A, TOY_B, meta_a=META, meta_b=other, higher_is_better=False, min_effect=0.05)
 
 
 @pytest.mark.claim("paired-protocol", "C2")
 def test_refuses_too_few_seeds_and_mismatched_items():
     with pytest.raises(ProtocolError, match="at least 3 seeds"):
-        compare({1: [1.0], 2: [2.0]}, {1: [1.0], 2: [2.0]}, meta_a=META, meta_b=META, higher_is_better=True)
+        compare({1: [1.0], 2: [2.0]}, {1: [1.0], 2: [2.0]}, meta_a=META, meta_b=META, higher_is_better=True, min_effect=0.05)
     with pytest.raises(ProtocolError, match="different seeds"):
-        compare(TOY_A, {**TOY_B, 4: [1.0, 1.0]}, meta_a=META, meta_b=META, higher_is_better=True)
+        compare(TOY_A, {**TOY_B, 4: [1.0, 1.0]}, meta_a=META, meta_b=META, higher_is_better=True, min_effect=0.05)
     with pytest.raises(ProtocolError, match="same non-empty item list"):
-        compare(TOY_A, {**TOY_B, 3: [1.0]}, meta_a=META, meta_b=META, higher_is_better=True)
+        compare(TOY_A, {**TOY_B, 3: [1.0]}, meta_a=META, meta_b=META, higher_is_better=True, min_effect=0.05)
 
 
 @pytest.mark.claim("paired-protocol", "C2")
@@ -112,9 +112,9 @@ def test_selection_sees_validation_only():
         seen.append(split.name)
         return -abs(c - split.data)
 
-    best, scores = select_on_validation([1, 2, 3], score, Split("validation", 2.2), higher_is_better=True)
+    best, scores = select_on_validation([1, 2, 3], score, Split("validation", 2.2), higher_is_better=True, min_effect=0.05)
     assert best == 2 and scores[3] == pytest.approx(-0.8) and set(seen) == {"validation"}
     with pytest.raises(ProtocolError, match="test split"):
-        select_on_validation([1, 2], score, Split("test", 2.0), higher_is_better=True)
+        select_on_validation([1, 2], score, Split("test", 2.0), higher_is_better=True, min_effect=0.05)
     with pytest.raises(ProtocolError, match="takes a Split"):
-        select_on_validation([1, 2], score, [1, 2], higher_is_better=True)
+        select_on_validation([1, 2], score, [1, 2], higher_is_better=True, min_effect=0.05)
