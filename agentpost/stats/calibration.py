@@ -1,0 +1,145 @@
+"""Calibration of the paired protocol by simulation: CI coverage and false-positive rate per design.
+
+Each simulated data set is a table of paired differences ``d[s, j] = mu + u_s + v_j + e_sj`` (seed effect ``u``,
+item effect ``v`` shared by every seed when items are crossed, item-level noise ``e``), all synthetic. For every
+design :func:`calibrate` draws ``n_sets`` data sets at a non-zero ``mu`` (coverage of the 95% CI) and ``n_sets``
+at ``mu = 0`` (false-positive rate of a better/worse verdict), vectorised over data sets.
+
+Estimators compared (the first is the protocol, the other two are references for the calibration figure only):
+
+* ``v2`` -- :func:`agentpost.stats.paired.compare`'s t model (:func:`~agentpost.stats.paired.seed_level_t` or
+  :func:`~agentpost.stats.paired.crossed_t`), called through the same functions;
+* ``v1 (reference)`` -- the protocol before issue 9: items of all seeds pooled as independent pairs, a percentile
+  bootstrap that resamples items within each seed for the CI, and a pooled paired t test (verdict when both agree);
+* ``bootstrap (reference)`` -- :func:`~agentpost.stats.paired.bootstrap_interval`, the percentile bootstrap over
+  seeds (seeds and items when crossed), as reported in ``PairedResult.bootstrap_ci``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import stats as _st
+
+from agentpost.stats.paired import bootstrap_interval, crossed_t, seed_level_t, t_interval
+
+
+@dataclass(frozen=True)
+class Design:
+    """One simulated design: ``n_seeds`` x ``n_items`` differences with the given effect standard deviations."""
+
+    name: str
+    n_seeds: int
+    n_items: int
+    seed_sd: float = 0.0
+    item_sd: float = 0.0  # sd of the item effect shared across seeds (crossed designs only)
+    noise_sd: float = 1.0
+    shared_items: bool = False
+    heavy_tails: bool = False  # seed effects and noise Student t with 3 df (scaled to the stated sd)
+
+    def __post_init__(self) -> None:
+        if self.n_seeds < 3 or self.n_items < 1:
+            raise ValueError(f"design {self.name!r}: needs >= 3 seeds and >= 1 item")
+        if self.item_sd and not self.shared_items:
+            raise ValueError(f"design {self.name!r}: an item effect shared across seeds needs shared_items=True")
+
+
+#: The designs of issue 9 (the calibration suite and the protocol chapter's figure).
+DESIGNS = (
+    Design("1 item per seed", 3, 1, seed_sd=0.3),
+    Design("3x30 independent", 3, 30),
+    Design("seed shift sd 0.3", 3, 30, seed_sd=0.3),
+    Design("shared items", 3, 30, seed_sd=0.1, item_sd=0.5, noise_sd=0.5, shared_items=True),
+    Design("shared items + seed shift", 3, 30, seed_sd=0.3, item_sd=0.5, noise_sd=0.5, shared_items=True),
+    Design("heavy tails", 3, 30, seed_sd=0.3, heavy_tails=True),
+    Design("5 seeds", 5, 30, seed_sd=0.3),
+    Design("10 seeds", 10, 30, seed_sd=0.3),
+    Design("5 seeds shared items", 5, 30, seed_sd=0.3, item_sd=0.5, noise_sd=0.5, shared_items=True),
+)
+
+
+def simulate(design: Design, n_sets: int, mu: float, rng: np.random.Generator) -> np.ndarray:
+    """``n_sets`` synthetic data sets of differences, shape ``(n_sets, n_seeds, n_items)``."""
+    s, n = design.n_seeds, design.n_items
+
+    def draw(shape, sd):
+        if design.heavy_tails:
+            return sd * rng.standard_t(3, size=shape) / np.sqrt(3.0)  # Var(t_3) = 3
+        return sd * rng.standard_normal(shape)
+
+    d = mu + draw((n_sets, s, 1), design.seed_sd) + draw((n_sets, s, n), design.noise_sd)
+    if design.shared_items:
+        d = d + design.item_sd * rng.standard_normal((n_sets, 1, n))
+    return d
+
+
+def v2_test(d: np.ndarray, shared_items: bool, *, alpha: float = 0.05):
+    """The protocol's ``(ci_low, ci_high, p)`` for each data set of ``d[..., seed, item]`` (as in ``compare``)."""
+    if shared_items and d.shape[-1] > 1:
+        est, se, df = crossed_t(d)
+    else:
+        est, se, df = seed_level_t(d.mean(axis=-1))
+    lo, hi, _, p = t_interval(est, se, df, alpha=alpha)
+    return lo, hi, p
+
+
+def v1_reference(d: np.ndarray, *, alpha: float = 0.05, n_boot: int = 1000, rng: np.random.Generator):
+    """The pre-v2 estimator, kept only as the calibration figure's reference: ``(ci_low, ci_high, significant)``.
+
+    CI: percentile bootstrap of the pooled mean resampling items within each seed. Test: one-sample t on all
+    ``S n`` pooled differences (df ``S n - 1``). A verdict was given when ``p < alpha`` and the CI excluded 0.
+    """
+    sets, s, n = d.shape
+    lo, hi = np.empty(sets), np.empty(sets)
+    for k in range(sets):
+        idx = rng.integers(0, n, size=(n_boot, s, n))
+        boots = np.take_along_axis(np.broadcast_to(d[k], (n_boot, s, n)), idx, axis=2).mean(axis=(1, 2))
+        lo[k], hi[k] = np.quantile(boots, [alpha / 2, 1 - alpha / 2])
+    pooled = d.reshape(sets, s * n)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        p = _st.ttest_1samp(pooled, 0.0, axis=1).pvalue
+    return lo, hi, (p < alpha) & ((lo > 0) | (hi < 0))
+
+
+def bootstrap_reference(d: np.ndarray, shared_items: bool, *, alpha: float = 0.05, n_boot: int = 1000,
+                        rng: np.random.Generator):
+    """``PairedResult.bootstrap_ci`` for each data set: ``(ci_low, ci_high, significant = CI excludes 0)``."""
+    crossed = shared_items and d.shape[-1] > 1
+    ci = np.array([bootstrap_interval(list(x), crossed, n_boot=n_boot, alpha=alpha, rng=rng) for x in d])
+    return ci[:, 0], ci[:, 1], (ci[:, 0] > 0) | (ci[:, 1] < 0)
+
+
+def _significance(lo, hi, p, alpha):
+    return lo, hi, p < alpha
+
+
+def calibrate(designs=DESIGNS, *, n_sets: int = 1000, mu: float = 0.2, alpha: float = 0.05, seed: int = 0,
+              references: bool = False, n_boot: int = 1000, progress: bool = False):
+    """Coverage of the ``1 - alpha`` CI (at true difference ``mu``) and false-positive rate (at 0) per design.
+
+    Returns a pandas DataFrame with one row per (design, estimator): ``coverage``, ``fpr`` and ``n_sets``.
+    ``references=True`` adds the v1 and bootstrap reference estimators (slower: ``n_boot`` resamples per set).
+    """
+    import pandas as pd
+    from tqdm.auto import tqdm
+
+    if n_sets < 1 or not 0 < alpha < 1:
+        raise ValueError(f"calibrate: n_sets must be >= 1 and alpha in (0, 1), got {n_sets}, {alpha}")
+    rows = []
+    for i, design in enumerate(tqdm(designs, desc="calibration designs", disable=not progress)):
+        rng = np.random.default_rng([seed, i])
+        covered = simulate(design, n_sets, mu, rng)
+        null = simulate(design, n_sets, 0.0, rng)
+        estimators = {"v2": lambda x: _significance(*v2_test(x, design.shared_items, alpha=alpha), alpha)}
+        if references:
+            estimators["v1 (reference)"] = lambda x: v1_reference(x, alpha=alpha, n_boot=n_boot, rng=rng)
+            estimators["bootstrap (reference)"] = lambda x: bootstrap_reference(
+                x, design.shared_items, alpha=alpha, n_boot=n_boot, rng=rng)
+        for name, run in estimators.items():
+            lo, hi, _ = run(covered)
+            _, _, significant = run(null)
+            rows.append({"design": design.name, "estimator": name, "n_seeds": design.n_seeds,
+                         "n_items": design.n_items, "coverage": float(np.mean((lo <= mu) & (mu <= hi))),
+                         "fpr": float(np.mean(significant)), "n_sets": n_sets})
+    return pd.DataFrame(rows)
