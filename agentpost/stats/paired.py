@@ -228,13 +228,16 @@ def power(effect: float, se: float, df: float, *, alpha: float = 0.05) -> float:
     """
     q = _st.t.ppf(1 - alpha / 2, df)
     nc = effect / se
-    return float(_st.nct.sf(q, df, nc) + _st.nct.cdf(-q, df, nc))
+    return float(_st.nct.sf(q, df, nc) + _st.nct.sf(q, df, -nc))  # P(T' < -q | nc) = P(T' > q | -nc)
 
 
 def mde_multiplier(df: float, *, alpha: float = 0.05, target: float = 0.8) -> float:
     """``k`` with ``power(k * se, se, df) = target``: the MDE is ``k`` standard errors (exact, noncentral t)."""
     q = _st.t.ppf(1 - alpha / 2, df)
-    return float(_opt.brentq(lambda k: power(k, 1.0, df, alpha=alpha) - target, 0.0, q + 10 * _st.norm.ppf(target) + 10))
+    high = 2 * q
+    while power(high, 1.0, df, alpha=alpha) < target:
+        high *= 2
+    return float(_opt.brentq(lambda k: power(k, 1.0, df, alpha=alpha) - target, 0.0, high))
 
 
 def minimum_detectable_effect(se: float, df: float, *, alpha: float = 0.05, target: float = 0.8) -> float:
