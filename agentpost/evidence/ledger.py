@@ -23,6 +23,7 @@ import yaml
 
 from agentpost.catalogue import Chapter, Claim, chapters
 from agentpost.evidence import receipt as rc
+from agentpost.evidence.paired_table import is_paired, paired_outcome, paired_rows
 from agentpost.evidence.validate import configuration_key, gpu_evidence_problems, validate_run
 from agentpost.project import config, project_root
 
@@ -102,7 +103,9 @@ def _outcome(group: list[Run], metrics: tuple[str, ...]) -> str:
     parts = []
     for m in metrics:
         values = [r.receipt["metrics"][m] for r in sorted(group, key=lambda r: r.receipt["seed"])]
-        if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
+        if all(is_paired(v) for v in values):
+            parts.append(f"{m} = " + " / ".join(paired_outcome(v) for v in values))
+        elif all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
             parts.append(f"{m} = {sum(values) / len(values):.4g} (mean of {len(values)} seeds)")
         elif all(isinstance(v, (str, bool)) or (isinstance(v, dict) and all(isinstance(x, str) for x in v.values()))
                  for v in values):
@@ -268,17 +271,8 @@ def evidence_page(chapter: Chapter, runs, rows: list[ClaimStatus], out_dir: Path
             fig = _figure(chapter.id, profile, group, names, out_dir)
             if fig:
                 lines += ["", f"![recorded metrics per seed]({fig})"]
-        paired = sorted({k for r in group for k, v in r.receipt["metrics"].items() if isinstance(v, dict) and "verdict" in v})
-        if paired:
-            lines += ["", "### Paired comparisons recorded by each run", "",
-                      "| comparison | seed | mean diff (b − a) | 95% CI | t-test p | MDE@80% | verdict |",
-                      "|---|---|---|---|---|---|---|"]
-            for k in paired:
-                for r in group:
-                    v = r.receipt["metrics"].get(k)
-                    if v:
-                        lines.append(f"| `{k}` ({v['name_b']} vs {v['name_a']}) | {r.receipt['seed']} | {v['mean_diff']:+.4g} "
-                                     f"| [{v['ci_low']:+.4g}, {v['ci_high']:+.4g}] | {v['t_pvalue']:.3g} | {v['mde_80']:.3g} | {v['verdict']} |")
+        if table := paired_rows(r.receipt for r in group):
+            lines += ["", "### Paired comparisons recorded by each run", "", table]
         lines.append("")
     return "\n".join(lines) + "\n"
 
@@ -304,7 +298,9 @@ def write_ledger(tests_report: Path | None = None) -> list[ClaimStatus]:
     tests = run_claim_tests(tests_report)
     runs = collect_runs()
     rows = ledger_rows(tests, runs)
-    rc.write_atomic(out / "ledger.md", ledger_page(rows))
+    paired = paired_rows(r.receipt for k in sorted(runs, key=str) for r in newest_configuration(runs[k]) if r.valid_ok)
+    rc.write_atomic(out / "ledger.md", ledger_page(rows) + ("\n## Paired comparisons of every chapter\n\n" + paired
+                                                           if paired else ""))
     started = [c for c in chapters() if c.started]
     for ch in started:
         rc.write_atomic(ev_dir / f"{ch.id}.md", evidence_page(ch, runs, rows, ev_dir))
