@@ -24,6 +24,8 @@ from scipy import stats as _st
 
 from agentpost.stats.paired import bootstrap_interval, crossed_t, seed_level_t, t_interval
 
+CHUNK = 50  # data sets resampled at once by the bootstrap references (memory: CHUNK x n_boot x seeds x items)
+
 
 @dataclass(frozen=True)
 class Design:
@@ -92,22 +94,49 @@ def v1_reference(d: np.ndarray, *, alpha: float = 0.05, n_boot: int = 1000, rng:
     """
     sets, s, n = d.shape
     lo, hi = np.empty(sets), np.empty(sets)
-    for k in range(sets):
-        idx = rng.integers(0, n, size=(n_boot, s, n))
-        boots = np.take_along_axis(np.broadcast_to(d[k], (n_boot, s, n)), idx, axis=2).mean(axis=(1, 2))
-        lo[k], hi[k] = np.quantile(boots, [alpha / 2, 1 - alpha / 2])
-    pooled = d.reshape(sets, s * n)
+    for start in range(0, sets, CHUNK):
+        part = d[start:start + CHUNK, None]
+        idx = rng.integers(0, n, size=(1, n_boot, s, n))
+        boots = np.take_along_axis(part, idx, axis=3).mean(axis=(2, 3))
+        lo[start:start + CHUNK], hi[start:start + CHUNK] = np.quantile(boots, [alpha / 2, 1 - alpha / 2], axis=1)
     with np.errstate(invalid="ignore", divide="ignore"):
-        p = _st.ttest_1samp(pooled, 0.0, axis=1).pvalue
+        p = _st.ttest_1samp(d.reshape(sets, s * n), 0.0, axis=1).pvalue
     return lo, hi, (p < alpha) & ((lo > 0) | (hi < 0))
+
+
+def v1_reference_verdict(per_seed, *, higher_is_better: bool, min_effect: float, alpha: float = 0.05,
+                         n_boot: int = 4000, rng: np.random.Generator) -> dict:
+    """What the pre-v2 protocol reported for differences ``per_seed`` (equal item counts), for before/after notes:
+    ``{"verdict", "ci_low", "ci_high", "mde"}``.
+
+    As :func:`v1_reference`, plus its MDE ``(t_{1-alpha/2,N-1} + t_{0.8,N-1}) sd / sqrt(N)`` over the ``N`` pooled
+    differences.
+    """
+    d = np.stack([np.asarray(x, dtype=np.float64) for x in per_seed])[None]
+    lo, hi, significant = v1_reference(d, alpha=alpha, n_boot=n_boot, rng=rng)
+    pooled = d.ravel()
+    q = _st.t.ppf(1 - alpha / 2, pooled.size - 1) + _st.t.ppf(0.8, pooled.size - 1)
+    mde = q * pooled.std(ddof=1) / np.sqrt(pooled.size)
+    if significant[0]:
+        verdict = "better" if (pooled.mean() > 0) == higher_is_better else "worse"
+    else:
+        verdict = "underpowered" if mde > min_effect else "no detectable difference"
+    return {"verdict": verdict, "ci_low": float(lo[0]), "ci_high": float(hi[0]), "mde": float(mde)}
 
 
 def bootstrap_reference(d: np.ndarray, shared_items: bool, *, alpha: float = 0.05, n_boot: int = 1000,
                         rng: np.random.Generator):
-    """``PairedResult.bootstrap_ci`` for each data set: ``(ci_low, ci_high, significant = CI excludes 0)``."""
+    """``PairedResult.bootstrap_ci`` for each data set: ``(ci_low, ci_high, significant = CI excludes 0)``.
+
+    Data sets of one chunk share their resampling indices (each set is still resampled independently of its data).
+    """
     crossed = shared_items and d.shape[-1] > 1
-    ci = np.array([bootstrap_interval(list(x), crossed, n_boot=n_boot, alpha=alpha, rng=rng) for x in d])
-    return ci[:, 0], ci[:, 1], (ci[:, 0] > 0) | (ci[:, 1] < 0)
+    lo, hi = np.empty(len(d)), np.empty(len(d))
+    for start in range(0, len(d), CHUNK):
+        part = d[start:start + CHUNK]
+        lo[start:start + CHUNK], hi[start:start + CHUNK] = bootstrap_interval(
+            part if crossed else part.mean(axis=-1), crossed, n_boot=n_boot, alpha=alpha, rng=rng)
+    return lo, hi, (lo > 0) | (hi < 0)
 
 
 def _significance(lo, hi, p, alpha):
@@ -122,7 +151,7 @@ def calibrate(designs=DESIGNS, *, n_sets: int = 1000, mu: float = 0.2, alpha: fl
     ``references=True`` adds the v1 and bootstrap reference estimators (slower: ``n_boot`` resamples per set).
     """
     import pandas as pd
-    from tqdm.auto import tqdm
+    from tqdm import tqdm
 
     if n_sets < 1 or not 0 < alpha < 1:
         raise ValueError(f"calibrate: n_sets must be >= 1 and alpha in (0, 1), got {n_sets}, {alpha}")

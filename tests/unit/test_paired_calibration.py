@@ -19,7 +19,7 @@ def table():
     return cal.calibrate(n_sets=N_SETS, seed=2024)
 
 
-@pytest.mark.claim("paired-protocol", "C1")
+@pytest.mark.claim("paired-protocol", "C4")
 @pytest.mark.parametrize("design", [d.name for d in cal.DESIGNS])
 def test_coverage_and_false_positive_rate(table, design):
     row = table[(table.design == design) & (table.estimator == "v2")].iloc[0]
@@ -40,7 +40,7 @@ def test_designs_cover_the_issue_list():
     assert (shift.seed_sd, shift.noise_sd) == (0.3, 1.0)
 
 
-@pytest.mark.claim("paired-protocol", "C1")
+@pytest.mark.claim("paired-protocol", "C4")
 def test_vectorised_path_is_compare():
     """The simulator scores data sets with the same functions as compare: intervals agree set by set."""
     rng = np.random.default_rng(9)
