@@ -199,7 +199,8 @@ def crossed_t(d: np.ndarray, *, upper: float = SEED_DF_UPPER_CONFIDENCE) -> tupl
     in the seed means and is added from the item mean square. The degrees of freedom are Satterthwaite's (1946)
     ``(sum a_k M_k)^2 / sum (a_k M_k)^2 / df_k`` for that combination, with ``MS_seed`` replaced by its one-sided
     ``upper`` confidence bound ``MS_seed (S-1) / chi2_{1-upper, S-1}`` (in the df only; see
-    :data:`SEED_DF_UPPER_CONFIDENCE`). Without an item component this is exactly the t test on seed means.
+    :data:`SEED_DF_UPPER_CONFIDENCE`). Without an item component this is exactly the t test on seed means; when
+    every difference is the same (all mean squares 0) the df are ``S - 1``.
     """
     d = np.asarray(d, dtype=np.float64)
     s, n = d.shape[-2:]
@@ -208,8 +209,10 @@ def crossed_t(d: np.ndarray, *, upper: float = SEED_DF_UPPER_CONFIDENCE) -> tupl
     var_sn = ms_u + c * (ms_v - ms_e)
     dfs = (s - 1.0, n - 1.0, (s - 1.0) * (n - 1.0))
     terms = (ms_u * (s - 1) / _st.chi2.ppf(1 - upper, s - 1), c * ms_v, -c * ms_e)
+    spread = sum(t**2 / k for t, k in zip(terms, dfs))
+    # Identical differences everywhere (all mean squares 0) leave the df undefined; take the seed-level S - 1.
     with np.errstate(invalid="ignore", divide="ignore"):
-        df = sum(terms) ** 2 / sum(t**2 / k for t, k in zip(terms, dfs))
+        df = np.where(spread > 0, sum(terms) ** 2 / spread, s - 1.0)
     return d.mean(axis=(-2, -1)), np.sqrt(var_sn / (s * n)), df
 
 
@@ -217,7 +220,7 @@ def t_interval(est, se, df, *, alpha: float = 0.05):
     """``(low, high, t, p)`` of the two-sided t test of ``mean = 0`` and its ``1 - alpha`` interval."""
     q = _st.t.ppf(1 - alpha / 2, df)
     with np.errstate(invalid="ignore", divide="ignore"):
-        t = est / se
+        t = np.divide(est, se)
     return est - q * se, est + q * se, t, 2 * _st.t.sf(np.abs(t), df)
 
 

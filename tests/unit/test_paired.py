@@ -193,6 +193,9 @@ def test_every_verdict_is_reachable():
     r = run(same, noisy, min_effect=0.05)
     assert r.verdict == "underpowered" and r.mde > 0.05
     assert run(same, noisy, min_effect=10.0).verdict == "no detectable difference"
+    for shared in (False, True):  # identical arms: zero difference, zero MDE, t undefined (0/0) as in scipy
+        r = run(same, same, shared_items=shared)
+        assert r.verdict == "no detectable difference" and r.estimate == 0 and r.mde == 0 and r.df == 2
 
 
 @pytest.mark.claim("paired-protocol", "C2")
