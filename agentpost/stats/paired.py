@@ -49,7 +49,6 @@ from scipy import optimize as _opt
 from scipy import stats as _st
 
 MIN_SEEDS = 3
-VERDICTS = ("better", "worse", "no detectable difference", "underpowered")
 
 
 class ProtocolError(ValueError):
