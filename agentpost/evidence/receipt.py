@@ -106,6 +106,16 @@ def json_schema() -> dict:
 # ---------------------------------------------------------------- hashing rules and keys
 
 @functools.lru_cache(maxsize=None)
+def source_notebook(chapter_id: str):
+    """The chapter's source notebook, read once per process (planning, hashing and validation share it)."""
+    import nbformat
+
+    from agentpost.catalogue import chapter as get_chapter
+
+    return nbformat.read(get_chapter(chapter_id).notebook, as_version=4)
+
+
+@functools.lru_cache(maxsize=None)
 def code_tree_hash() -> str:
     return sha256_tree(project_root(), CODE_PATTERNS)
 

@@ -20,7 +20,6 @@ packages and a CUDA event timing recorded by the notebook.
 from __future__ import annotations
 
 import ast
-import functools
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -139,7 +138,7 @@ def _check_parameters(r: dict, nb, bad) -> None:
 
     try:
         ch = get_chapter(r["chapter"])
-        expected = profile_parameters(ch, r["profile"], r["overrides"], notebook_defaults(_source_notebook(r["chapter"])))
+        expected = profile_parameters(ch, r["profile"], r["overrides"], notebook_defaults(rc.source_notebook(r["chapter"])))
     except (KeyError, UsageError, OSError) as err:
         bad("parameters", f"cannot be derived from profile {r['profile']!r}: {err.args[0] if err.args else err}")
         return
@@ -244,13 +243,6 @@ def _check_environment(r: dict, nb, bad) -> None:
         bad("packages", "differ from the package versions the notebook recorded")
 
 
-@functools.lru_cache(maxsize=None)
-def _source_notebook(chapter_id: str):
-    from agentpost.catalogue import chapter as get_chapter
-
-    return nbformat.read(get_chapter(chapter_id).notebook, as_version=4)
-
-
 def stale_inputs(r: dict) -> list[str]:
     """Which recorded inputs are no longer the repository's (old evidence: shown, not an error)."""
     from agentpost.catalogue import chapter as get_chapter
@@ -259,7 +251,7 @@ def stale_inputs(r: dict) -> list[str]:
     stale = []
     try:
         ch = get_chapter(r["chapter"])
-        if notebook_source_hash(_source_notebook(ch.id)) != r["hashes"]["source_notebook"]:
+        if notebook_source_hash(rc.source_notebook(ch.id)) != r["hashes"]["source_notebook"]:
             stale.append("hashes.source_notebook")
     except (KeyError, OSError):
         stale.append("hashes.source_notebook")

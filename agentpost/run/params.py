@@ -207,7 +207,7 @@ def plan_runs(chapter_ids: list[str], profile: str, *, seeds: str | None = None,
         if not chapter.started:
             raise UsageError(f"{chapter_id}: no notebook yet (notebooks/{chapter_id}.ipynb); the chapter is not started")
         raw = load_profile(chapter, profile)
-        notebook = nbformat.read(chapter.notebook, as_version=4)  # the one read of the notebook in the parent
+        notebook = rc.source_notebook(chapter_id)  # the one read of the notebook in the parent
         parameters = profile_parameters(chapter, profile, extra, notebook_defaults(notebook))
         check_data(chapter)
         hashes = rc.input_hashes(notebook, parameters, chapter.datasets)

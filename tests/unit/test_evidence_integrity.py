@@ -181,3 +181,39 @@ def test_show_device_records_the_receipts_device_facts(monkeypatch):
     assert scrap["data"]["packages"] == environment.package_versions()
     assert scrap["data"]["cuda_event_ms"] is None or scrap["data"]["cuda_event_ms"] > 0
     assert "torch_cuda" in scrap["data"]["packages"]
+
+
+def test_the_parent_reads_the_notebook_once(monkeypatch):
+    import nbformat
+
+    from agentpost.run.cache import cached_result
+    from agentpost.run.params import plan_runs
+
+    reads = []
+    real = nbformat.read
+    monkeypatch.setattr(nbformat, "read", lambda *a, **k: reads.append(a[0]) or real(*a, **k))
+    rc.source_notebook.cache_clear()
+    specs = plan_runs(["paired-protocol"], "smoke")
+    for spec in specs:
+        cached_result(spec)
+    assert len(reads) == 1, reads
+
+
+def test_only_a_whole_unselected_test_run_writes_the_default_claims_report():
+    from types import SimpleNamespace
+
+    from agentpost.evidence.claims_plugin import _default_report
+    from agentpost.evidence.levels import CLAIMS_REPORT
+    from agentpost.project import project_root
+
+    def config(args, keyword="", markexpr=""):
+        options = {"keyword": keyword, "markexpr": markexpr}
+        return SimpleNamespace(args=args, rootpath=project_root(), getoption=options.__getitem__)
+
+    tests = str(project_root() / "tests")
+    assert _default_report(config([tests])) == project_root() / CLAIMS_REPORT
+    assert _default_report(config([])) == project_root() / CLAIMS_REPORT
+    assert _default_report(config([tests + "/unit/test_glue.py"])) is None
+    assert _default_report(config([tests], keyword="glue")) is None
+    assert _default_report(config([tests], markexpr="claim")) is None
+    assert _default_report(config([str(project_root() / "notebooks")])) is None
