@@ -89,14 +89,6 @@ class Receipt(_Strict):
     def as_dict(self) -> dict:
         return self.model_dump(mode="json")
 
-    @property
-    def input_hashes(self) -> dict:
-        return input_hashes_of(self.as_dict())
-
-    @property
-    def folder(self) -> Path:
-        return run_folder(self.chapter, self.profile, self.kind, self.seed, self.run_key)
-
 
 def json_schema() -> dict:
     """The receipt's JSON schema (generated from :class:`Receipt`)."""
@@ -205,9 +197,5 @@ def dump(receipt: Receipt | dict) -> str:
 
 
 def load_raw(path: Path) -> dict:
+    """The receipt as written (validation checks its seal and schema: :func:`agentpost.evidence.validate.check_run`)."""
     return json.loads(Path(path).read_text(encoding="utf-8"))
-
-
-def load(path: Path) -> Receipt:
-    """Read and schema-check a receipt (raises pydantic's ValidationError naming the field)."""
-    return Receipt.model_validate(load_raw(path))

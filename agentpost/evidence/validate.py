@@ -62,11 +62,6 @@ class Report:
         return not self.problems
 
 
-def validate_run(run_dir: Path) -> list[Problem]:
-    """Problems with one run folder (empty list = valid)."""
-    return check_run(run_dir).problems
-
-
 def check_run(run_dir: Path) -> Report:
     """Check one run folder: every derivable field recomputed (see the module docstring)."""
     run_dir = Path(run_dir)
@@ -149,14 +144,15 @@ def _check_parameters(r: dict, nb, bad) -> None:
 
 
 def _injected(nb) -> dict | None:
+    """The parameters in papermill's injected cell (None when there is not exactly one readable such cell)."""
+    from agentpost.errors import UsageError
+    from agentpost.run.params import literal_assignments
+
     cells = [c for c in nb.cells if "injected-parameters" in c.get("metadata", {}).get("tags", [])]
-    if len(cells) != 1:
+    try:
+        return literal_assignments(cells[0].source, "injected parameters") if len(cells) == 1 else None
+    except (UsageError, SyntaxError, ValueError):
         return None
-    values = {}
-    for node in ast.parse(cells[0].source).body:
-        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
-            values[node.targets[0].id] = ast.literal_eval(node.value)
-    return values
 
 
 def _glued_unconditionally(cell) -> set[str]:
