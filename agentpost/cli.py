@@ -11,25 +11,38 @@ import subprocess
 import sys
 from pathlib import Path
 
-from agentpost.run.params import UsageError
+from agentpost.errors import UsageError
+
+
+def _describe(runs) -> str:
+    from agentpost.evidence.levels import newest_configuration
+
+    group = newest_configuration(runs)
+    if not group:
+        return f"no valid run ({len(runs)} invalid)"
+    ok = sorted(r.receipt["seed"] for r in group if r.valid_ok)
+    end = max(r.receipt["timing"]["end"] for r in group)
+    stale = " stale: made with older code" if any(r.stale for r in group) else ""
+    return f"{len(ok)} ok seed(s) {ok} ({end[:16]}){stale}"
 
 
 def _cmd_list(args) -> int:
     from agentpost.catalogue import chapters
-    from agentpost.evidence.ledger import collect_runs, newest_configuration
+    from agentpost.evidence import receipt as rc
+    from agentpost.evidence.levels import group_runs
+    from agentpost.evidence.validate import check_run
 
-    runs = collect_runs()
+    runs, adhoc = group_runs([check_run(d) for d in rc.run_dirs()])
     print(f"{'chapter':18} {'status':12} {'profiles':16} newest evidence")
     for ch in chapters():
         status = "started" if ch.started else "not started"
-        newest = []
-        for (cid, profile), rs in sorted(runs.items()):
-            if cid == ch.id:
-                group = newest_configuration(rs)
-                ok = sorted(r.receipt["seed"] for r in group if r.valid_ok)
-                end = max(r.receipt["timing"]["end"] for r in group)
-                newest.append(f"{profile}: {len(ok)} ok seed(s) {ok} ({end[:16]})")
+        newest = [f"{profile}: {_describe(rs)}" for (cid, profile), rs in sorted(runs.items()) if cid == ch.id]
         print(f"{ch.id:18} {status:12} {','.join(ch.profiles) or '-':16} {'; '.join(newest) or '-'}")
+    if adhoc:
+        print("\nad-hoc runs (made with -p overrides; never a profile's evidence):")
+        for (cid, profile), rs in sorted(adhoc.items()):
+            seeds = sorted(r.receipt["seed"] for r in rs)
+            print(f"  {cid}/{profile}+overrides: {len(rs)} run(s), seeds {seeds}")
     return 0
 
 
@@ -44,26 +57,27 @@ def _cmd_run(args) -> int:
 
 
 def _cmd_validate(args) -> int:
-    from agentpost.evidence.ledger import collect_runs, newest_configuration
-    from agentpost.evidence.receipt import RECEIPT_NAME
-    from agentpost.evidence.validate import gpu_evidence_problems, validate_run
-    from agentpost.project import project_root
+    from agentpost.evidence import receipt as rc
+    from agentpost.evidence.levels import group_runs, newest_configuration
+    from agentpost.evidence.validate import check_run, gpu_evidence_problems
 
-    root = project_root() / "book" / "runs"
-    paths = [Path(p) for p in args.paths] or ([root] if root.is_dir() else [])
-    if any(not p.exists() for p in paths):
+    paths = [Path(p) for p in args.paths] or [rc.runs_root()]
+    if args.paths and any(not p.exists() for p in paths):
         raise UsageError(f"no such path: {', '.join(str(p) for p in paths if not p.exists())}")
-    run_dirs = sorted({r.parent for p in paths for r in ([p / RECEIPT_NAME] if (p / RECEIPT_NAME).is_file() else p.rglob(RECEIPT_NAME))
-                       if not r.parent.name.startswith(".tmp-")})
-    problems = [p for d in run_dirs for p in validate_run(d)]
+    reports = [check_run(d) for d in sorted({d for p in paths for d in rc.run_dirs(p)})]  # each run checked once
+    problems = [p for r in reports for p in r.problems]
     for p in problems:
         print(f"INVALID {p}")
-    for (chapter, profile), runs in sorted(collect_runs().items()):
+    for r in reports:
+        if r.stale and not r.problems:
+            print(f"STALE {r.path.as_posix()}: made with older code ({', '.join(r.stale)} differ from the repository's)")
+    runs, _ = group_runs(reports)
+    for (chapter, profile), group in sorted(runs.items()):
         if profile == "smoke":
             continue
-        reasons = gpu_evidence_problems([r.receipt for r in newest_configuration(runs)])
+        reasons = gpu_evidence_problems([r.receipt for r in newest_configuration(group)])
         print(f"{chapter}/{profile}: " + ("counts as GPU evidence" if not reasons else "not GPU evidence: " + "; ".join(reasons)))
-    print(f"{len(run_dirs)} run(s) checked, {len(problems)} problem(s)")
+    print(f"{len(reports)} run(s) checked, {len(problems)} problem(s)")
     return 1 if problems else 0
 
 
@@ -79,6 +93,17 @@ def _cmd_ledger(args) -> int:
     return 0
 
 
+def _claim_tests(root: Path) -> Path:
+    """Run the claim-marked unit and kernel tests; their claims plugin writes the report the ledger reads."""
+    from agentpost.evidence.levels import CLAIMS_REPORT
+
+    report = root / CLAIMS_REPORT
+    tests = [str(root / "tests" / d) for d in ("unit", "kernels") if (root / "tests" / d).is_dir()]
+    subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "claim",
+                    f"--claims-report={report}", *tests], cwd=root, check=False, stdout=subprocess.DEVNULL)
+    return report
+
+
 def _cmd_book(args) -> int:
     from agentpost.catalogue import chapters
     from agentpost.project import project_root
@@ -88,7 +113,8 @@ def _cmd_book(args) -> int:
     if started and not args.skip_runs:
         status = _cmd_run(argparse.Namespace(chapters=started, profile="smoke", seeds=None, param=[], jobs=args.jobs,
                                              backend=args.backend, force=False))
-    _cmd_ledger(argparse.Namespace(claims_report=args.claims_report))
+    report = args.claims_report or _claim_tests(project_root())
+    _cmd_ledger(argparse.Namespace(claims_report=report))
     root = project_root()
     jb = shutil.which("jupyter-book", path=str(Path(sys.executable).parent)) or "jupyter-book"
     build = subprocess.run([jb, "build", str(root), "-W", "-n", "--keep-going", "--path-output", str(root)], cwd=root)
@@ -127,14 +153,15 @@ def build_parser() -> argparse.ArgumentParser:
     val.set_defaults(func=_cmd_validate)
 
     led = sub.add_parser("ledger", help="regenerate the ledger, evidence pages and _toc.yml")
-    led.add_argument("--claims-report", default=None, help="outcomes of claim tests (default: run them now)")
+    led.add_argument("--claims-report", default=None,
+                     help="outcomes of claim tests, as the test run wrote them (default: _build/claims-report.json)")
     led.set_defaults(func=_cmd_ledger)
 
     book = sub.add_parser("book", help="run smoke profiles (cached), regenerate the ledger, build the book")
     book.add_argument("--jobs", type=int, default=2)
     book.add_argument("--backend", default="local")
     book.add_argument("--skip-runs", action="store_true")
-    book.add_argument("--claims-report", default=None)
+    book.add_argument("--claims-report", default=None, help="outcomes of claim tests (default: run them now)")
     book.set_defaults(func=_cmd_book)
 
     ref = sub.add_parser("refresh", help="re-execute notebooks in place with their default (smoke) parameters")

@@ -19,7 +19,6 @@ import argparse
 import datetime as dt
 import json
 import os
-import platform
 import statistics
 import sys
 import time
@@ -32,6 +31,7 @@ if not torch.cuda.is_available():
 
 import triton  # noqa: E402
 
+from agentpost.evidence.environment import device_info, package_versions  # noqa: E402
 from agentpost.kernels.actkv import (compact_gather, compact_inplace, compaction_plan, copy_rows,  # noqa: E402
                                      paged_decode_attention, recover_action_attention)
 
@@ -171,14 +171,6 @@ def bench_recovery(R, n, cfg, device, timer, gen):
     return {"recovery": t, "read_k": t_read, "bytes_k": k.numel() * k.element_size()}
 
 
-def device_info(device):
-    if device.type != "cuda":
-        return {"kind": "cpu", "name": platform.processor() or platform.machine(), "count": 0}
-    p = torch.cuda.get_device_properties(device)
-    return {"kind": "cuda", "name": p.name, "count": torch.cuda.device_count(),
-            "memory_gib": round(p.total_memory / 2**30, 1), "cuda": torch.version.cuda, "capability": f"{p.major}.{p.minor}"}
-
-
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=None, help="receipt path (default benchmarks/receipts/...)")
@@ -249,7 +241,7 @@ def main(argv=None):
         "schema": 1, "benchmark": "actkv_kernels", "mode": "correctness-only" if device.type != "cuda" else "timing",
         "sizes": sizes, "config": {**cfg, "compressions": [list(c) for c in cfg["compressions"]]},
         "device": device_info(device),
-        "versions": {"python": platform.python_version(), "torch": torch.__version__, "triton": triton.__version__},
+        "versions": package_versions(),
         "reps": reps, "started_utc": started.isoformat(timespec="seconds"),
         "wall_s": round((dt.datetime.now(dt.timezone.utc) - started).total_seconds(), 2),
         "copy_bandwidth_bytes_per_s": bw, "copy_bandwidth_timing": bw_t,

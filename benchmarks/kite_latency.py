@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
-import platform
 import sys
 import time
 from pathlib import Path
@@ -27,6 +26,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from agentpost.evidence.environment import device_info, package_versions  # noqa: E402
 from agentpost.kite.latency import advantage_starts, measure, ratios  # noqa: E402
 
 
@@ -36,14 +36,6 @@ def _profile(name: str) -> dict:
             "n_heads": params["latency_n_heads"], "prompts": params["latency_prompts"],
             "repeats": params["latency_repeats"], "decode_tokens": params["latency_decode_tokens"],
             "small_d_model": params["latency_small_d_model"]}
-
-
-def _device_info(device: str) -> dict:
-    if device == "cuda":
-        props = torch.cuda.get_device_properties(0)
-        return {"kind": "cuda", "name": props.name, "count": torch.cuda.device_count(),
-                "memory_gib": round(props.total_memory / 2**30, 1), "cuda": torch.version.cuda}
-    return {"kind": "cpu", "name": platform.processor() or platform.machine(), "threads": torch.get_num_threads()}
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -84,7 +76,7 @@ def main(argv: list[str] | None = None) -> dict:
     print(f"\nSST prefill advantage over dense_flops starts at prompt length: {starts}")
     receipt = {
         "schema": 1, "benchmark": "kite_latency", "paper": "kite", "settings": cfg, "threads": args.threads,
-        "device": _device_info(cfg["device"]), "torch": torch.__version__, "python": platform.python_version(),
+        "device": device_info(cfg["device"]), "packages": package_versions(),
         "timing": "cuda events" if cfg["device"] == "cuda" else "process cpu time",
         "started": dt.datetime.fromtimestamp(start, dt.timezone.utc).isoformat(timespec="seconds"),
         "wall_s": round(time.time() - start, 1), "rows": rows, "small_width_rows": small,

@@ -1,10 +1,18 @@
-"""Where each public data set lives and which files it has."""
+"""Where each public data set lives, which files it has, and their checksums.
+
+Each data set folder holds a ``SOURCE.md`` whose ``## Files`` table lists every file with its size in bytes and
+its sha256. :func:`checksums` parses that table once; :func:`data_file` refuses a file whose size or sha256 differs
+(hashes are memoised on (path, size, mtime), so a file is read once per process while it is unchanged).
+"""
 
 from __future__ import annotations
 
+import functools
 import os
+import re
 from pathlib import Path
 
+from agentpost.evidence.hashing import sha256_file
 from agentpost.project import project_root
 
 #: Data set name -> the files every chapter may read (all listed in the data set's SOURCE.md with checksums).
@@ -16,10 +24,15 @@ DATASETS: dict[str, tuple[str, ...]] = {
 }
 
 _READ: dict[str, Path] = {}
+_ROW = re.compile(r"^\|\s*([^|\s][^|]*?)\s*\|\s*(\d+)\s*\|\s*([0-9a-f]{64})\s*\|")
 
 
 class DataMissingError(FileNotFoundError):
     """A public data set or one of its files is not available locally."""
+
+
+class DataChecksumError(ValueError):
+    """A data file differs from the size or sha256 its data set's SOURCE.md records."""
 
 
 def _candidates(name: str) -> list[Path]:
@@ -44,11 +57,45 @@ def dataset_dir(name: str) -> Path:
     )
 
 
+@functools.lru_cache(maxsize=None)
+def _parse_source(source: Path) -> dict[str, tuple[int, str]]:
+    table, in_files = {}, False
+    for line in source.read_text(encoding="utf-8").splitlines():
+        if line.startswith("## "):
+            in_files = line.strip() == "## Files"
+        elif in_files and (m := _ROW.match(line)):
+            table[m.group(1)] = (int(m.group(2)), m.group(3))
+    return table
+
+
+def checksums(name: str) -> dict[str, tuple[int, str]]:
+    """``{file: (bytes, sha256)}`` from the ``## Files`` table of data set ``name``'s SOURCE.md (parsed once)."""
+    source = dataset_dir(name) / "SOURCE.md"
+    if not source.is_file():
+        raise DataMissingError(f"data set {name!r} has no SOURCE.md with checksums (expected at {source})")
+    return _parse_source(source)
+
+
+def verify_file(name: str, filename: str, path: Path) -> None:
+    """Raise :class:`DataChecksumError` naming the file unless it has SOURCE.md's size and sha256."""
+    expected = checksums(name).get(filename)
+    if expected is None:
+        raise DataChecksumError(f"data file {name}/{filename} is not listed in {name}/SOURCE.md, so it cannot be checked")
+    size, digest = expected
+    actual_size = path.stat().st_size
+    if actual_size != size:
+        raise DataChecksumError(f"data file {name}/{filename} has {actual_size} bytes; {name}/SOURCE.md records {size}")
+    actual = sha256_file(path)
+    if actual != digest:
+        raise DataChecksumError(f"data file {name}/{filename} has sha256 {actual[:12]}…; {name}/SOURCE.md records {digest[:12]}…")
+
+
 def data_file(name: str, filename: str) -> Path:
-    """Path of one file of a data set, recorded as read (for the receipt)."""
+    """Path of one file of a data set, checked against its SOURCE.md checksum and recorded as read."""
     path = dataset_dir(name) / filename
     if not path.is_file():
         raise DataMissingError(f"data file {name}/{filename} is missing (expected at {path})")
+    verify_file(name, filename, path)
     _READ[f"{name}/{filename}"] = path
     return path
 

@@ -2,7 +2,10 @@
 
 Tests carry ``@pytest.mark.claim("<chapter>", "C<n>")``. With ``--claims-report FILE`` the plugin writes
 ``{"<chapter>/<claim>": {"passed": n, "failed": n, "skipped": n, "tests": [...]}}``; the ledger reads it to
-derive mechanism-level evidence. Enabled for every test run through ``tests/conftest.py``.
+derive mechanism-level evidence (it never runs the tests itself). Without ``--claims-report``, a run of the whole
+test suite (``pytest tests``, as ``make test`` does, with no ``-k``/``-m`` selection) writes the report to its
+default place, :data:`agentpost.evidence.levels.CLAIMS_REPORT`; a partial run writes nothing, so it cannot
+replace the outcomes of the full suite. Enabled for every test run through ``tests/conftest.py``.
 """
 
 from __future__ import annotations
@@ -44,8 +47,21 @@ def pytest_runtest_makereport(item, call):
         entry["tests"].append(item.nodeid)
 
 
+def _default_report(config) -> Path | None:
+    """The default report path when this session runs the whole suite unselected, else None."""
+    from agentpost.evidence.levels import CLAIMS_REPORT
+    from agentpost.project import project_root
+
+    if config.getoption("keyword") or config.getoption("markexpr"):
+        return None
+    tests = (project_root() / "tests").resolve()
+    args = [Path(a.split("::")[0]).resolve() for a in config.args] or [Path(config.rootpath).resolve()]
+    covers = any(a == tests or a in tests.parents for a in args)
+    return project_root() / CLAIMS_REPORT if covers else None
+
+
 def pytest_sessionfinish(session, exitstatus):
-    path = session.config.getoption("--claims-report")
+    path = session.config.getoption("--claims-report") or _default_report(session.config)
     if path:
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         Path(path).write_text(json.dumps(_RESULTS, indent=2, sort_keys=True) + "\n")

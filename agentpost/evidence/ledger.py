@@ -1,168 +1,29 @@
-"""The evidence ledger: claim levels derived from receipts and test outcomes, and the book pages showing them.
+"""The book pages of the evidence ledger: ``ledger.md``, one evidence page per started chapter, and ``_toc.yml``.
 
-Levels (DESIGN.md), each derived, never typed:
-
-* **mechanism** — every test tied to the claim (``@pytest.mark.claim``) passed, and there is at least one;
-* **diagnostic** — a run configuration of a non-synthetic chapter with >= ``min_seeds`` successful, valid
-  seeds whose receipts all record the claim's metrics;
-* **gpu-diagnostic** — the same from runs on an allowed CUDA device that pass :func:`gpu_evidence_problems`;
-* **reproduction** — the same from a profile named ``reproduction`` (the paper's models, data and budgets).
+The levels come from :mod:`agentpost.evidence.levels`; this module only writes pages. :func:`write_ledger` writes
+every page into a temporary folder first and swaps it in only when all of them are written, so a failure (a
+missing claims report, a broken receipt) never removes the pages already there.
 """
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-import tempfile
-from collections import defaultdict
-from dataclasses import dataclass, field
+import os
+import shutil
 from pathlib import Path
 
 import yaml
 
-from agentpost.catalogue import Chapter, Claim, chapters
+from agentpost.catalogue import Chapter, chapters
 from agentpost.evidence import receipt as rc
-from agentpost.evidence.paired_table import is_paired, paired_outcome, paired_rows
-from agentpost.evidence.validate import configuration_key, gpu_evidence_problems, validate_run
-from agentpost.project import config, project_root
+from agentpost.evidence.levels import LEVELS, ClaimStatus, Run, collect_runs, ledger_rows, newest_configuration, read_claims_report
+from agentpost.evidence.paired_table import paired_rows
+from agentpost.evidence.recording import format_value
+from agentpost.project import project_root
 
-LEVELS = ("mechanism", "diagnostic", "gpu-diagnostic", "reproduction")
 GENERATED = "book/generated"
 
 
-@dataclass
-class Run:
-    path: Path
-    receipt: dict
-    problems: list = field(default_factory=list)
-
-    @property
-    def valid_ok(self) -> bool:
-        return not self.problems and self.receipt.get("status") == "ok"
-
-
-def collect_runs(chapter_id: str | None = None) -> dict[tuple[str, str], list[Run]]:
-    """Every run under book/runs, validated, keyed by (chapter, profile)."""
-    root = project_root() / "book" / "runs"
-    found: dict[tuple[str, str], list[Run]] = defaultdict(list)
-    pattern = f"{chapter_id or '*'}/*/seed-*/{rc.RECEIPT_NAME}"
-    for receipt_path in sorted(root.glob(pattern)):
-        receipt = rc.load(receipt_path)
-        run = Run(receipt_path.parent, receipt, validate_run(receipt_path.parent))
-        found[(receipt.get("chapter"), receipt.get("profile"))].append(run)
-    return found
-
-
-def newest_configuration(runs: list[Run]) -> list[Run]:
-    """The runs of the configuration (all but the seed equal) that finished most recently."""
-    groups: dict[str, list[Run]] = defaultdict(list)
-    for run in runs:
-        if "hashes" in run.receipt:
-            groups[configuration_key(run.receipt)].append(run)
-    if not groups:
-        return []
-    return max(groups.values(), key=lambda g: max(r.receipt["timing"]["end"] for r in g))
-
-
-def run_claim_tests(report: Path | None = None) -> dict:
-    """Outcomes of claim-marked tests: read ``report`` or run them now (unit and kernel tests only)."""
-    if report is not None:
-        return json.loads(Path(report).read_text())
-    with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp) / "claims.json"
-        tests = [str(project_root() / "tests" / d) for d in ("unit", "kernels") if (project_root() / "tests" / d).is_dir()]
-        subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "claim",
-                        f"--claims-report={out}", *tests], cwd=project_root(), check=False,
-                       stdout=subprocess.DEVNULL)
-        return json.loads(out.read_text()) if out.is_file() else {}
-
-
-@dataclass
-class ClaimStatus:
-    chapter: Chapter
-    claim: Claim
-    levels: dict[str, bool]
-    notes: dict[str, str]
-
-    @property
-    def reached(self) -> str:
-        reached = [lvl for lvl in LEVELS if self.levels[lvl]]
-        return reached[-1] if reached else "none"
-
-
-def _has_metrics(group: list[Run], metrics: tuple[str, ...]) -> bool:
-    return bool(metrics) and all(all(m in r.receipt["metrics"] for m in metrics) for r in group)
-
-
-def _outcome(group: list[Run], metrics: tuple[str, ...]) -> str:
-    """What the claim's metrics say across the seeds' runs: verdict-like values as recorded, numbers as their mean.
-
-    A level says evidence exists; the outcome says whether it supports the claim, contradicts it or is null.
-    """
-    parts = []
-    for m in metrics:
-        values = [r.receipt["metrics"][m] for r in sorted(group, key=lambda r: r.receipt["seed"])]
-        if all(is_paired(v) for v in values):
-            parts.append(f"{m} = " + " / ".join(paired_outcome(v) for v in values))
-        elif all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
-            parts.append(f"{m} = {sum(values) / len(values):.4g} (mean of {len(values)} seeds)")
-        elif all(isinstance(v, (str, bool)) or (isinstance(v, dict) and all(isinstance(x, str) for x in v.values()))
-                 for v in values):
-            shown = {json.dumps(v, sort_keys=True) for v in values}
-            text = " / ".join(_fmt(v) for v in values) if len(shown) > 1 else _fmt(values[0])
-            parts.append(f"{m} = {text}")
-    return "; ".join(parts)
-
-
-def claim_status(chapter: Chapter, claim: Claim, tests: dict, runs: dict[tuple[str, str], list[Run]]) -> ClaimStatus:
-    levels = dict.fromkeys(LEVELS, False)
-    notes = {}
-    t = tests.get(f"{chapter.id}/{claim.id}")
-    if t:
-        levels["mechanism"] = t["passed"] > 0 and t["failed"] == 0
-        notes["mechanism"] = f"{t['passed']} passed, {t['failed']} failed"
-    else:
-        notes["mechanism"] = "no test tied to this claim"
-    min_seeds = config()["min_seeds"]
-    for (cid, profile), chapter_runs in runs.items():
-        if cid != chapter.id:
-            continue
-        group = [r for r in newest_configuration(chapter_runs) if r.valid_ok]
-        seeds = {r.receipt["seed"] for r in group}
-        if len(seeds) < min_seeds or not _has_metrics(group, claim.metrics):
-            continue
-        receipts = [r.receipt for r in group]
-        on_gpu = not gpu_evidence_problems(receipts)
-        level = "reproduction" if profile == "reproduction" and on_gpu else "gpu-diagnostic" if on_gpu else "diagnostic"
-        if chapter.synthetic:
-            notes["diagnostic"] = "synthetic data: never counts as a diagnostic"
-            continue
-        # A GPU (or reproduction) configuration is also the diagnostic run at a larger scale.
-        reached = {"diagnostic"} | ({"gpu-diagnostic"} if on_gpu else set()) | ({level} if level == "reproduction" else set())
-        for lvl in reached:
-            levels[lvl] = True
-            notes[lvl] = f"profile {profile}, seeds {sorted(seeds)}"
-        if outcome := _outcome(group, claim.metrics):
-            notes["outcome"] = outcome
-    if not claim.metrics:
-        notes.setdefault("diagnostic", "no metric is tied to this claim")
-    return ClaimStatus(chapter, claim, levels, notes)
-
-
-def ledger_rows(tests: dict, runs) -> list[ClaimStatus]:
-    return [claim_status(ch, cl, tests, runs) for ch in chapters() for cl in ch.claims]
-
-
 # ---------------------------------------------------------------- pages
-
-def _fmt(value) -> str:
-    if isinstance(value, float):
-        return f"{value:.4g}"
-    if isinstance(value, dict):
-        return ", ".join(f"{k}: {_fmt(v)}" for k, v in value.items())
-    return str(value)
-
 
 def _scalar_metrics(group: list[Run]) -> list[str]:
     names = set()
@@ -232,6 +93,12 @@ def _figure(chapter_id: str, profile: str, group: list[Run], names: list[str], o
     return path.name
 
 
+def _validity(run: Run) -> str:
+    if run.problems:
+        return "NO: " + "; ".join(p.field for p in run.problems)
+    return "yes" + (f" (stale: made with older {', '.join(s.split('.')[-1] for s in run.stale)})" if run.stale else "")
+
+
 def evidence_page(chapter: Chapter, runs, rows: list[ClaimStatus], out_dir: Path) -> str:
     lines = [f"# Evidence: {chapter.title}", "",
              "Generated by `agentpost ledger`. Each run is one papermill execution of the chapter notebook at one seed;",
@@ -248,15 +115,17 @@ def evidence_page(chapter: Chapter, runs, rows: list[ClaimStatus], out_dir: Path
     for profile in profiles:
         all_runs = runs[(chapter.id, profile)]
         group = sorted(newest_configuration(all_runs), key=lambda r: r.receipt["seed"])
+        invalid = sum(1 for r in all_runs if r.problems)
         lines += [f"## Profile `{profile}`", "",
-                  f"Newest configuration: {len(group)} run(s); {len(all_runs)} run(s) on record.", "",
+                  f"Newest configuration: {len(group)} run(s); {len(all_runs)} run(s) on record"
+                  + (f", {invalid} of them invalid (never counted; `agentpost validate` names why)." if invalid else "."), "",
                   "| seed | status | valid | wall s | peak RSS MiB | device | receipt | notebook |",
                   "|---|---|---|---|---|---|---|---|"]
         for r in group:
             rel = Path("../..") / r.path.relative_to(project_root() / "book")
             rec = r.receipt
             lines.append(
-                f"| {rec['seed']} | {rec['status']} | {'yes' if not r.problems else 'NO: ' + '; '.join(p.field for p in r.problems)} "
+                f"| {rec['seed']} | {rec['status']} | {_validity(r)} "
                 f"| {rec['timing']['wall_s']:.1f} | {rec['peak_memory']['host_rss_bytes'] / 2**20:.0f} "
                 f"| {rec['device']['kind']}: {rec['device']['name']} "
                 f"| {{download}}`receipt.json <{rel.as_posix()}/receipt.json>` "
@@ -267,7 +136,7 @@ def evidence_page(chapter: Chapter, runs, rows: list[ClaimStatus], out_dir: Path
                       "| metric | " + " | ".join(f"seed {r.receipt['seed']}" for r in group) + " |",
                       "|---|" + "---|" * len(group)]
             for n in names:
-                lines.append(f"| `{n}` | " + " | ".join(_fmt(r.receipt["metrics"].get(n, "")) for r in group) + " |")
+                lines.append(f"| `{n}` | " + " | ".join(format_value(r.receipt["metrics"].get(n, "")) for r in group) + " |")
             fig = _figure(chapter.id, profile, group, names, out_dir)
             if fig:
                 lines += ["", f"![recorded metrics per seed]({fig})"]
@@ -287,23 +156,43 @@ def toc(started: list[Chapter]) -> dict:
     return {"format": "jb-book", "root": "book/intro", "parts": parts}
 
 
+def _swap_in(tmp: Path, out: Path) -> None:
+    """Replace folder ``out`` by ``tmp`` with two renames (the old folder is removed only afterwards)."""
+    old = out.with_name(f".{out.name}.old-{os.getpid()}")
+    if out.exists():
+        out.rename(old)
+    tmp.rename(out)
+    shutil.rmtree(old, ignore_errors=True)
+
+
 def write_ledger(tests_report: Path | None = None) -> list[ClaimStatus]:
-    """Regenerate book/generated/ (ledger and evidence pages) and _toc.yml; returns the claim statuses."""
+    """Regenerate book/generated/ (ledger and evidence pages) and _toc.yml; returns the claim statuses.
+
+    Reads the claims report the test run wrote (``tests_report``, default :data:`levels.CLAIMS_REPORT`). Nothing
+    already there is touched until every page is written.
+    """
     root = project_root()
     out = root / GENERATED
-    ev_dir = out / "evidence"
-    ev_dir.mkdir(parents=True, exist_ok=True)
-    for stale in ev_dir.glob("*"):
-        stale.unlink()
-    tests = run_claim_tests(tests_report)
+    tests = read_claims_report(tests_report)
     runs = collect_runs()
     rows = ledger_rows(tests, runs)
-    paired = paired_rows(r.receipt for k in sorted(runs, key=str) for r in newest_configuration(runs[k]) if r.valid_ok)
-    rc.write_atomic(out / "ledger.md", ledger_page(rows) + ("\n## Paired comparisons of every chapter\n\n" + paired
-                                                           if paired else ""))
     started = [c for c in chapters() if c.started]
-    for ch in started:
-        rc.write_atomic(ev_dir / f"{ch.id}.md", evidence_page(ch, runs, rows, ev_dir))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    ev_dir = tmp / "evidence"
+    ev_dir.mkdir(parents=True)
+    try:
+        paired = paired_rows(r.receipt for k in sorted(runs, key=str) for r in newest_configuration(runs[k])
+                            if r.valid_ok and not r.adhoc)
+        rc.write_atomic(tmp / "ledger.md", ledger_page(rows) + ("\n## Paired comparisons of every chapter\n\n" + paired
+                                                               if paired else ""))
+        for ch in started:
+            rc.write_atomic(ev_dir / f"{ch.id}.md", evidence_page(ch, runs, rows, ev_dir))
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    _swap_in(tmp, out)
     header = "# Generated by `agentpost ledger` from the catalogue; do not edit.\n"
     rc.write_atomic(root / "_toc.yml", header + yaml.safe_dump(toc(started), sort_keys=False))
     return rows

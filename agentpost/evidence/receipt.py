@@ -1,34 +1,187 @@
-"""Receipts: the JSON record next to each output notebook (DESIGN.md, "Receipts").
+"""Receipts: the one typed record next to each output notebook (DESIGN.md, "Receipts"; book/receipts.md).
 
-Schema (``schema_version`` 1)::
+This module owns everything about a receipt: its schema (:class:`Receipt`, a frozen pydantic model whose JSON
+schema is :func:`json_schema`), its construction (:func:`build`), the hashing rules (which inputs are hashed and
+how; the parameter hash leaves out the seed so the seeds of one configuration share it), the run key (the
+content address of one run), the configuration key (everything but the seed), the seal, and where a run's
+folder lives under :func:`runs_root`. ``run.execute`` fills it; ``validate``, ``levels``, ``ledger`` and
+``agentpost list`` read it.
 
-    schema_version, chapter, profile, seed, status ("ok" | "failed"), run_key,
-    error: null | {cell_index, ename, evalue},
-    parameters: {...}                       # as injected, seed included
-    hashes: {source_notebook, parameters, output_notebook, code_tree, data: {"<set>/<file>": sha256}},
-    packages: {...}, device: {kind, name, count, memory_bytes, driver, cuda, machine},
-    timing: {start, end, wall_s}, peak_memory: {host_rss_bytes},
-    metrics: {name: value}                  # every glued data scrap of the output notebook
-    receipt_sha256                           # over all other fields (canonical JSON)
+A run made with ``-p`` overrides is an *ad-hoc* run: ``kind = "ad-hoc"``, its own folder
+(``<chapter>/<profile>/ad-hoc/``) and its own run key, so it never counts as the profile's evidence.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from pathlib import Path
+from typing import Any, Literal
 
-from agentpost.evidence.hashing import sha256_json
+from pydantic import BaseModel, ConfigDict
 
-SCHEMA_VERSION = 1
+from agentpost.evidence.hashing import notebook_source_hash, sha256_file, sha256_json, sha256_tree
+from agentpost.project import project_root
+
+SCHEMA_VERSION = 2
 RECEIPT_NAME = "receipt.json"
 NOTEBOOK_NAME = "notebook.ipynb"
+#: The runs root, relative to the project root (the one place it is named).
+RUNS_DIR = "book/runs"
+ADHOC_DIR = "ad-hoc"
 
+#: What counts as "the code" of a run: the library, its assets, the kernels and the build configuration.
+CODE_PATTERNS = ("agentpost/**/*.py", "agentpost/models/assets/**/*", "kernels/**/*.py", "pyproject.toml", "setup.py")
+
+Kind = Literal["profile", "ad-hoc"]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
+
+
+class CellError(_Strict):
+    cell_index: int
+    ename: str
+    evalue: str
+
+
+class Hashes(_Strict):
+    source_notebook: str  # sha256 of the notebook's cells without outputs (hashing.notebook_source_hash)
+    parameters: str  # sha256 of the parameters without the seed
+    code_tree: str  # sha256 over CODE_PATTERNS
+    data: dict[str, str]  # "<set>/<file>" -> sha256, every file of the chapter's data sets
+    output_notebook: str  # sha256 of the executed notebook as written
+
+
+class Timing(_Strict):
+    start: str  # ISO 8601, UTC, seconds
+    end: str
+    wall_s: float
+
+
+class PeakMemory(_Strict):
+    host_rss_bytes: int
+
+
+class Receipt(_Strict):
+    """One run: a chapter notebook executed by papermill at one profile (plus overrides) and one seed."""
+
+    schema_version: Literal[2]
+    chapter: str
+    profile: str
+    kind: Kind
+    seed: int
+    status: Literal["ok", "failed"]
+    run_key: str
+    error: CellError | None
+    overrides: dict[str, Any]  # the -p overrides (empty for a profile run)
+    parameters: dict[str, Any]  # as injected: the profile's parameters, the overrides, and the seed
+    hashes: Hashes
+    packages: dict[str, str | None]
+    device: dict[str, Any]
+    timing: Timing
+    peak_memory: PeakMemory
+    metrics: dict[str, Any]  # every glued data scrap of the output notebook
+    receipt_sha256: str  # over every other field (canonical JSON)
+
+    def as_dict(self) -> dict:
+        return self.model_dump(mode="json")
+
+
+def json_schema() -> dict:
+    """The receipt's JSON schema (generated from :class:`Receipt`)."""
+    return Receipt.model_json_schema()
+
+
+# ---------------------------------------------------------------- hashing rules and keys
+
+@functools.lru_cache(maxsize=None)
+def source_notebook(chapter_id: str):
+    """The chapter's source notebook, read once per process (planning, hashing and validation share it)."""
+    import nbformat
+
+    from agentpost.catalogue import chapter as get_chapter
+
+    return nbformat.read(get_chapter(chapter_id).notebook, as_version=4)
+
+
+@functools.lru_cache(maxsize=None)
+def code_tree_hash() -> str:
+    return sha256_tree(project_root(), CODE_PATTERNS)
+
+
+def data_hashes(datasets: tuple[str, ...]) -> dict[str, str]:
+    """sha256 of every file of the given data sets (each checked against its SOURCE.md when read)."""
+    from agentpost.data.registry import DATASETS, data_file
+
+    return {f"{n}/{f}": sha256_file(data_file(n, f)) for n in datasets for f in DATASETS[n]}
+
+
+def parameter_hash(parameters: dict) -> str:
+    """Hash of the parameters without the seed: equal across the seeds of one configuration."""
+    return sha256_json({k: v for k, v in parameters.items() if k != "seed"})
+
+
+def input_hashes(notebook: dict, parameters: dict, datasets: tuple[str, ...]) -> dict:
+    """Every input that defines a run except the seed, from the already-read source ``notebook``."""
+    return {"source_notebook": notebook_source_hash(notebook), "parameters": parameter_hash(parameters),
+            "code_tree": code_tree_hash(), "data": data_hashes(datasets)}
+
+
+def input_hashes_of(receipt: dict) -> dict:
+    """The input hashes a receipt records (its hashes without the output notebook's)."""
+    return {k: v for k, v in receipt["hashes"].items() if k != "output_notebook"}
+
+
+def run_key(chapter: str, profile: str, kind: str, seed: int, hashes: dict) -> str:
+    """The content address of one run: a run with the same key is not executed again."""
+    return sha256_json({"chapter": chapter, "profile": profile, "kind": kind, "seed": seed, **hashes})[:16]
+
+
+def run_key_of(receipt: dict) -> str:
+    return run_key(receipt["chapter"], receipt["profile"], receipt["kind"], receipt["seed"], input_hashes_of(receipt))
+
+
+def configuration_key(receipt: dict) -> str:
+    """Everything about a run except its seed: the seeds of one configuration share this key."""
+    return sha256_json({"chapter": receipt["chapter"], "profile": receipt["profile"], "kind": receipt.get("kind"),
+                        **input_hashes_of(receipt)})
+
+
+# ---------------------------------------------------------------- where runs live
+
+def runs_root() -> Path:
+    return project_root() / RUNS_DIR
+
+
+def run_folder(chapter: str, profile: str, kind: str, seed: int, key: str) -> Path:
+    """A run's folder relative to :func:`runs_root`: ``<chapter>/<profile>[/ad-hoc]/seed-<seed>-<key>``."""
+    base = Path(chapter) / profile / (ADHOC_DIR if kind == "ad-hoc" else "")
+    return base / f"seed-{seed}-{key}"
+
+
+def run_dirs(root: Path | None = None) -> list[Path]:
+    """Every finished run folder under ``root`` (default: the runs root), profile and ad-hoc runs alike."""
+    root = runs_root() if root is None else Path(root)
+    if (root / RECEIPT_NAME).is_file():
+        return [root]
+    return sorted(p.parent for p in root.rglob(RECEIPT_NAME) if not p.parent.name.startswith(".tmp-")) if root.is_dir() else []
+
+
+# ---------------------------------------------------------------- construction, seal, files
 
 def seal(receipt: dict) -> dict:
-    """Add the self-hash that makes any later edit of a field detectable."""
+    """Add the self-hash that makes any later edit of a field detectable (not a signature: see book/receipts.md)."""
     body = {k: v for k, v in receipt.items() if k != "receipt_sha256"}
     return {**body, "receipt_sha256": sha256_json(body)}
+
+
+def build(**fields: Any) -> Receipt:
+    """A sealed, schema-checked receipt from its fields (everything but ``schema_version`` and the seal)."""
+    draft = Receipt.model_validate({"schema_version": SCHEMA_VERSION, **fields, "receipt_sha256": ""})
+    return Receipt.model_validate(seal(draft.as_dict()))
 
 
 def write_atomic(path: Path, text: str) -> None:
@@ -38,9 +191,11 @@ def write_atomic(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-def dump(receipt: dict) -> str:
-    return json.dumps(receipt, indent=2, sort_keys=True) + "\n"
+def dump(receipt: Receipt | dict) -> str:
+    body = receipt.as_dict() if isinstance(receipt, Receipt) else receipt
+    return json.dumps(body, indent=2, sort_keys=True) + "\n"
 
 
-def load(path: Path) -> dict:
+def load_raw(path: Path) -> dict:
+    """The receipt as written (validation checks its seal and schema: :func:`agentpost.evidence.validate.check_run`)."""
     return json.loads(Path(path).read_text(encoding="utf-8"))

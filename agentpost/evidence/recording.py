@@ -53,6 +53,69 @@ def format_value(value: Any) -> str:
     return str(value)
 
 
+def _split_top(inner: str) -> list[str]:
+    """Split a rendering's inside at the ``, `` separators that are not nested in brackets."""
+    parts, depth, start = [], 0, 0
+    for i, ch in enumerate(inner):
+        depth += ch in "{[(" and 1 or 0
+        depth -= ch in "}])" and 1 or 0
+        if depth == 0 and inner.startswith(", ", i):
+            parts.append(inner[start:i])
+            start = i + 2
+    parts.append(inner[start:])
+    return parts
+
+
+def _order_like(value: Any, text: str) -> Any:
+    """``value`` with its dict keys in the order they appear in ``text`` (notebook JSON stores keys sorted)."""
+    if isinstance(value, dict) and text.startswith("{") and text.endswith("}") and value:
+        items = _split_top(text[1:-1])
+        keyed = {item.split(": ", 1)[0]: item.split(": ", 1)[1] for item in items if ": " in item}
+        if set(keyed) != set(value) or len(items) != len(value):
+            return value
+        return {k: _order_like(value[k], keyed[k]) for k in keyed}
+    if isinstance(value, list) and text.startswith("[") and text.endswith("]") and value:
+        items = _split_top(text[1:-1])
+        return [_order_like(v, t) for v, t in zip(value, items)] if len(items) == len(value) else value
+    return value
+
+
+def value_html(name: str, text: str) -> str:
+    return f'<code class="agentpost-glue">{html.escape(name)}</code> = {html.escape(text)}'
+
+
+def table_text(frame: Any) -> str:
+    return frame.to_string(index=False, float_format=lambda x: f"{x:.{TEXT_DIGITS}g}")
+
+
+def rendering_problem(bundle: dict) -> str | None:
+    """Why a glued output's visible text does not render its scrap data (None when it does, or for a paired
+    comparison, whose one-line summary is made by ``agentpost.stats`` from more than the data shows)."""
+    scrap = bundle[SCRAP_MIME]
+    scrap = json.loads(scrap) if isinstance(scrap, str) else scrap
+    name, data = scrap["name"], scrap["data"]
+    text = "".join(bundle.get("text/plain", ""))
+    shown_html = "".join(bundle.get("text/html", ""))
+    if shown_html.startswith(f'<code class="agentpost-glue">{html.escape(name)}</code>: '):
+        return None  # glue_paired
+    if shown_html.startswith('<code class="agentpost-glue">'):
+        expected = format_value(_order_like(data, text))
+        if text != expected:
+            return f"shows {text[:60]!r} but its data renders as {expected[:60]!r}"
+        if shown_html != value_html(name, expected):
+            return "its HTML rendering differs from its data"
+        return None
+    import pandas as pd
+
+    frame = pd.DataFrame.from_records(data) if data else pd.DataFrame()
+    header = text.splitlines()[0].split() if text else []
+    if sorted(header) == sorted(map(str, frame.columns)):
+        frame = frame[header]
+    if table_text(frame) != text:
+        return "the table shown differs from its data"
+    return None
+
+
 def _display(bundle: dict, name: str, *, data: bool) -> None:
     from IPython.display import display
 
@@ -72,8 +135,7 @@ def glue(name: str, value: Any) -> None:
     scrap = {"name": name, "data": payload, "encoder": "json", "version": 1}
     text = format_value(payload)
     # The cell shows "name = value"; {glue:text} in prose uses the bare text/plain value.
-    labelled = f'<code class="agentpost-glue">{html.escape(name)}</code> = {html.escape(text)}'
-    _display({SCRAP_MIME: scrap, "text/plain": text, "text/html": labelled}, name, data=True)
+    _display({SCRAP_MIME: scrap, "text/plain": text, "text/html": value_html(name, text)}, name, data=True)
 
 
 def glue_table(name: str, frame: Any) -> None:
@@ -81,7 +143,7 @@ def glue_table(name: str, frame: Any) -> None:
     records = _jsonable(frame.reset_index(drop=True).to_dict(orient="records"))
     scrap = {"name": name, "data": records, "encoder": "json", "version": 1}
     html = frame.to_html(index=False, float_format=lambda x: f"{x:.{TEXT_DIGITS}g}", border=0)
-    plain = frame.to_string(index=False, float_format=lambda x: f"{x:.{TEXT_DIGITS}g}")
+    plain = table_text(frame)
     _display({SCRAP_MIME: scrap, "text/html": html, "text/plain": plain}, name, data=True)
 
 

@@ -1,19 +1,41 @@
-"""``agentpost validate``: recompute every hash of a run and apply the GPU-evidence rules."""
+"""``agentpost validate``: recompute every derivable field of a run and apply the GPU-evidence rules.
+
+What is recomputed (book/receipts.md has the reader's version):
+
+* the seal, the schema, and the output notebook's hash;
+* the parameter hash from the parameters, and the run key from the recorded input hashes;
+* the folder: ``<chapter>/<profile>[/ad-hoc]/seed-<seed>-<run_key>`` under the runs root;
+* the parameters: the named profile's file plus the recorded overrides (and ``kind`` from the overrides);
+* the output notebook: its injected parameters (cell and papermill metadata) equal the receipt's, its cells
+  hash to ``hashes.source_notebook``, every glued value's text renders its scrap data, every glue call a cell makes
+  unconditionally has its output, the metrics equal its scraps, and the status matches its error outputs;
+* the environment: the device and packages equal what the notebook itself recorded
+  (:func:`agentpost.evidence.environment.show_device`), and the timing agrees with papermill's;
+* staleness: whether the code, the notebook and the data are still the repository's (not an error; shown).
+
+GPU evidence (:func:`gpu_evidence_problems`) also needs facts a CPU run cannot produce: a CUDA torch build in the
+packages and a CUDA event timing recorded by the notebook.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import ast
+from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 
 import nbformat
+from pydantic import ValidationError
 
 from agentpost.evidence import receipt as rc
-from agentpost.evidence.recording import read_scraps
-from agentpost.evidence.hashing import sha256_bytes, sha256_json
+from agentpost.evidence.environment import GLUE_NAME
+from agentpost.evidence.hashing import notebook_source_hash, sha256_bytes, sha256_json
+from agentpost.evidence.recording import SCRAP_MIME, read_scraps, rendering_problem
 from agentpost.project import config
 
-REQUIRED = ("schema_version", "chapter", "profile", "seed", "status", "run_key", "parameters", "hashes",
-            "packages", "device", "timing", "peak_memory", "metrics", "receipt_sha256")
+GLUE_FUNCTIONS = {"glue", "glue_table", "glue_figure", "glue_paired"}
+#: Seconds by which the receipt's timing may exceed papermill's (kernel start-up, writing the notebook).
+TIMING_SLACK_S = 120.0
 
 
 @dataclass(frozen=True)
@@ -26,45 +48,219 @@ class Problem:
         return f"{self.run}: {self.field}: {self.message}"
 
 
-def validate_run(run_dir: Path) -> list[Problem]:
-    """Problems with one run folder (empty list = valid)."""
+@dataclass
+class Report:
+    """The outcome of checking one run folder: problems (it is invalid) and staleness notes (it is old)."""
+
+    path: Path
+    receipt: dict = field(default_factory=dict)
+    problems: list[Problem] = field(default_factory=list)
+    stale: list[str] = field(default_factory=list)
+
+    @property
+    def valid(self) -> bool:
+        return not self.problems
+
+
+def check_run(run_dir: Path) -> Report:
+    """Check one run folder: every derivable field recomputed (see the module docstring)."""
     run_dir = Path(run_dir)
+    report = Report(run_dir)
     name = run_dir.as_posix()
+
+    def bad(field_name: str, message: str) -> None:
+        report.problems.append(Problem(name, field_name, message))
+
     receipt_path, nb_path = run_dir / rc.RECEIPT_NAME, run_dir / rc.NOTEBOOK_NAME
     if not receipt_path.is_file() or not nb_path.is_file():
-        return [Problem(name, "files", f"needs {rc.RECEIPT_NAME} and {rc.NOTEBOOK_NAME}")]
-    receipt = rc.load(receipt_path)
-    problems = [Problem(name, key, "missing") for key in REQUIRED if key not in receipt]
-    if problems:
-        return problems
-    if receipt["schema_version"] != rc.SCHEMA_VERSION:
-        problems.append(Problem(name, "schema_version", f"{receipt['schema_version']} is not {rc.SCHEMA_VERSION}"))
+        bad("files", f"needs {rc.RECEIPT_NAME} and {rc.NOTEBOOK_NAME}")
+        return report
+    try:
+        raw = rc.load_raw(receipt_path)
+    except ValueError as err:
+        bad(rc.RECEIPT_NAME, f"not JSON: {err}")
+        return report
+    report.receipt = raw if isinstance(raw, dict) else {}
+    if not isinstance(raw, dict):
+        bad(rc.RECEIPT_NAME, "not a JSON object")
+        return report
+    if raw.get("schema_version") != rc.SCHEMA_VERSION:
+        bad("schema_version", f"{raw.get('schema_version')!r} is not {rc.SCHEMA_VERSION}; re-run to get a current receipt")
+        return report
+    try:
+        rc.Receipt.model_validate(raw)
+    except ValidationError as err:
+        for e in err.errors():
+            bad(".".join(map(str, e["loc"])) or "receipt", e["msg"])
+        return report
+    if rc.seal(raw)["receipt_sha256"] != raw["receipt_sha256"]:
+        bad("receipt_sha256", "the receipt was edited after sealing")
     nb_bytes = nb_path.read_bytes()
-    if sha256_bytes(nb_bytes) != receipt["hashes"].get("output_notebook"):
-        problems.append(Problem(name, "hashes.output_notebook", "the output notebook was changed after the run"))
-    params = {k: v for k, v in receipt["parameters"].items() if k != "seed"}
-    if sha256_json(params) != receipt["hashes"].get("parameters"):
-        problems.append(Problem(name, "hashes.parameters", "parameters do not match their hash"))
-    if receipt["parameters"].get("seed") != receipt["seed"]:
-        problems.append(Problem(name, "seed", "the injected seed differs from the receipt's seed"))
-    scraps = read_scraps(nbformat.reads(nb_bytes.decode(), as_version=4))
-    for key in sorted(set(scraps) | set(receipt["metrics"])):
-        if key not in receipt["metrics"]:
-            problems.append(Problem(name, f"metrics.{key}", "recorded in the notebook but missing from the receipt"))
+    if sha256_bytes(nb_bytes) != raw["hashes"]["output_notebook"]:
+        bad("hashes.output_notebook", "the output notebook was changed after the run")
+    try:
+        nb = nbformat.reads(nb_bytes.decode(), as_version=4)
+    except Exception as err:  # noqa: BLE001 - any unreadable notebook is a problem to name, not a crash
+        bad("notebook", f"unreadable: {err}")
+        return report
+    _check_keys(raw, run_dir, bad)
+    _check_parameters(raw, nb, bad)
+    _check_notebook(raw, nb, bad)
+    _check_environment(raw, nb, bad)
+    report.stale = stale_inputs(raw)
+    return report
+
+
+def _check_keys(r: dict, run_dir: Path, bad) -> None:
+    if rc.parameter_hash(r["parameters"]) != r["hashes"]["parameters"]:
+        bad("hashes.parameters", "parameters do not match their hash")
+    if r["parameters"].get("seed") != r["seed"]:
+        bad("seed", f"the injected seed {r['parameters'].get('seed')!r} differs from the receipt's seed {r['seed']}")
+    if rc.run_key_of(r) != r["run_key"]:
+        bad("run_key", "is not the key of the recorded chapter, profile, kind, seed and input hashes")
+    expected = rc.run_folder(r["chapter"], r["profile"], r["kind"], r["seed"], r["run_key"])
+    actual = Path(*run_dir.resolve().parts[-len(expected.parts):])
+    if actual != expected:
+        bad("folder", f"the run is in {actual.as_posix()} but its receipt belongs in {expected.as_posix()}")
+    if (r["kind"] == "ad-hoc") != bool(r["overrides"]):
+        bad("kind", f"{r['kind']!r} but the run has {len(r['overrides'])} override(s); a run with overrides is ad-hoc")
+
+
+def _check_parameters(r: dict, nb, bad) -> None:
+    from agentpost.catalogue import chapter as get_chapter
+    from agentpost.errors import UsageError
+    from agentpost.run.params import notebook_defaults, profile_parameters
+
+    try:
+        ch = get_chapter(r["chapter"])
+        expected = profile_parameters(ch, r["profile"], r["overrides"], notebook_defaults(rc.source_notebook(r["chapter"])))
+    except (KeyError, UsageError, OSError) as err:
+        bad("parameters", f"cannot be derived from profile {r['profile']!r}: {err.args[0] if err.args else err}")
+        return
+    expected = {**expected, "seed": r["seed"]}
+    if expected != r["parameters"]:
+        diff = sorted(k for k in set(expected) | set(r["parameters"]) if expected.get(k, object()) != r["parameters"].get(k, object()))
+        bad("parameters", f"differ from params/{r['chapter']}/{r['profile']}.yaml plus the recorded overrides in {diff}")
+
+
+def _injected(nb) -> dict | None:
+    """The parameters in papermill's injected cell (None when there is not exactly one readable such cell)."""
+    from agentpost.errors import UsageError
+    from agentpost.run.params import literal_assignments
+
+    cells = [c for c in nb.cells if "injected-parameters" in c.get("metadata", {}).get("tags", [])]
+    try:
+        return literal_assignments(cells[0].source, "injected parameters") if len(cells) == 1 else None
+    except (UsageError, SyntaxError, ValueError):
+        return None
+
+
+def _glued_unconditionally(cell) -> set[str]:
+    """Names a code cell glues with a literal name in a top-level statement (so the output must exist)."""
+    try:
+        body = ast.parse(cell.source).body
+    except SyntaxError:
+        return set()
+    names = set()
+    for node in body:
+        call = node.value if isinstance(node, (ast.Expr, ast.Assign)) else None
+        if (isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id in GLUE_FUNCTIONS
+                and call.args and isinstance(call.args[0], ast.Constant) and isinstance(call.args[0].value, str)):
+            names.add(call.args[0].value)
+    return names
+
+
+def _check_notebook(r: dict, nb, bad) -> None:
+    injected = _injected(nb)
+    if injected != r["parameters"]:
+        bad("notebook.injected_parameters", "the parameters papermill injected into the notebook differ from the receipt's")
+    pm = nb.metadata.get("papermill", {})
+    if pm.get("parameters") != r["parameters"]:
+        bad("notebook.metadata.papermill.parameters", "papermill's record of the parameters differs from the receipt's")
+    added = {"injected-parameters", "papermill-error-cell-tag"}  # the cells papermill adds
+    source_cells = [c for c in nb.cells if not added & set(c.get("metadata", {}).get("tags", []))]
+    if notebook_source_hash({"cells": source_cells}) != r["hashes"]["source_notebook"]:
+        bad("hashes.source_notebook", "the output notebook's cells are not the source notebook the receipt names")
+    errors = [i for i, c in enumerate(nb.cells) for o in c.get("outputs", []) if o.get("output_type") == "error"]
+    if (r["status"] == "ok") == bool(errors) or (r["status"] == "ok") != (r["error"] is None):
+        bad("status", f"{r['status']!r} but the notebook has {len(errors)} error output(s) and error is {r['error']!r}")
+    shown: set[str] = set()
+    last_run = (errors[0] if errors else len(nb.cells))
+    expected_glues: set[str] = set()
+    for i, cell in enumerate(nb.cells):
+        for out in cell.get("outputs", []):
+            meta = out.get("metadata", {}).get("scrapbook", {})
+            if meta.get("name"):
+                shown.add(meta["name"])
+            if SCRAP_MIME in (out.get("data") or {}) and (why := rendering_problem(out["data"])):
+                bad(f"metrics.{meta.get('name', '?')}", f"glued text: {why}")
+        if cell.cell_type == "code" and i < last_run:
+            expected_glues |= _glued_unconditionally(cell)
+    for missing in sorted(expected_glues - shown):
+        bad(f"metrics.{missing}", "its cell glues it, but the notebook has no output for it (deleted?)")
+    scraps = read_scraps(nb)
+    for key in sorted(set(scraps) | set(r["metrics"])):
+        if key not in r["metrics"]:
+            bad(f"metrics.{key}", "recorded in the notebook but missing from the receipt")
         elif key not in scraps:
-            problems.append(Problem(name, f"metrics.{key}", "in the receipt but not recorded in the notebook"))
-        elif sha256_json(scraps[key]) != sha256_json(receipt["metrics"][key]):
-            problems.append(Problem(name, f"metrics.{key}", "differs between receipt and output notebook"))
-    if rc.seal(receipt)["receipt_sha256"] != receipt["receipt_sha256"]:
-        changed = [p.field for p in problems] or ["(a field)"]
-        problems.append(Problem(name, "receipt_sha256", f"the receipt was edited after sealing ({', '.join(changed)})"))
-    return problems
+            bad(f"metrics.{key}", "in the receipt but not recorded in the notebook")
+        elif sha256_json(scraps[key]) != sha256_json(r["metrics"][key]):
+            bad(f"metrics.{key}", "differs between receipt and output notebook")
+    _check_timing(r, pm, bad)
 
 
-def configuration_key(receipt: dict) -> str:
-    """Everything about a run except its seed: seeds of one configuration share this key."""
-    hashes = {k: v for k, v in receipt["hashes"].items() if k != "output_notebook"}
-    return sha256_json({"chapter": receipt["chapter"], "profile": receipt["profile"], **hashes})
+def _check_timing(r: dict, pm: dict, bad) -> None:
+    t = r["timing"]
+    try:
+        start, end = datetime.fromisoformat(t["start"]), datetime.fromisoformat(t["end"])
+        pm_start, pm_end = datetime.fromisoformat(pm["start_time"]), datetime.fromisoformat(pm["end_time"])
+    except (KeyError, TypeError, ValueError) as err:
+        bad("timing", f"start/end or papermill's start_time/end_time unreadable: {err}")
+        return
+    span = (end - start).total_seconds()
+    if abs(span - t["wall_s"]) > 2.0:
+        bad("timing.wall_s", f"{t['wall_s']} s but start and end are {span:.0f} s apart")
+    if (pm_start - start).total_seconds() < -1.0 or (end - pm_end).total_seconds() < -1.0:
+        bad("timing", "the run's start/end do not enclose papermill's execution times recorded in the notebook")
+    elif span - float(pm.get("duration") or 0.0) > TIMING_SLACK_S:
+        bad("timing", f"{span:.0f} s from start to end, but papermill executed for {pm.get('duration'):.0f} s")
+
+
+def _check_environment(r: dict, nb, bad) -> None:
+    facts = read_scraps(nb).get(GLUE_NAME)
+    if not isinstance(facts, dict):
+        bad("device", f"the notebook did not record its device (its set-up cell must call show_device(), glued as {GLUE_NAME})")
+        return
+    if facts.get("device") != r["device"]:
+        diff = sorted(k for k in set(r["device"]) | set(facts.get("device") or {})
+                      if r["device"].get(k) != (facts.get("device") or {}).get(k))
+        bad("device", f"differs from the device the notebook recorded in {diff}")
+    if facts.get("packages") != r["packages"]:
+        bad("packages", "differ from the package versions the notebook recorded")
+
+
+def stale_inputs(r: dict) -> list[str]:
+    """Which recorded inputs are no longer the repository's (old evidence: shown, not an error)."""
+    from agentpost.catalogue import chapter as get_chapter
+    from agentpost.data.registry import DataChecksumError, DataMissingError
+
+    stale = []
+    try:
+        ch = get_chapter(r["chapter"])
+        if notebook_source_hash(rc.source_notebook(ch.id)) != r["hashes"]["source_notebook"]:
+            stale.append("hashes.source_notebook")
+    except (KeyError, OSError):
+        stale.append("hashes.source_notebook")
+        ch = None
+    if rc.code_tree_hash() != r["hashes"]["code_tree"]:
+        stale.append("hashes.code_tree")
+    try:
+        current = rc.data_hashes(ch.datasets) if ch else {}
+    except (DataMissingError, DataChecksumError):
+        current = {}
+    if current != r["hashes"]["data"]:
+        stale.append("hashes.data")
+    return stale
 
 
 def gpu_device_allowed(device: dict) -> bool:
@@ -72,15 +268,28 @@ def gpu_device_allowed(device: dict) -> bool:
 
 
 def gpu_evidence_problems(receipts: list[dict]) -> list[str]:
-    """Why a set of same-configuration runs does not count as GPU evidence (empty list = it does)."""
+    """Why a set of same-configuration runs does not count as GPU evidence (empty list = it does).
+
+    Besides the device name (which anyone can type), every run must carry facts a CPU run cannot produce: a CUDA
+    build of torch in its packages and a CUDA event timing recorded by the notebook's :func:`show_device` call.
+    """
     reasons = []
-    bad = [r["seed"] for r in receipts if not gpu_device_allowed(r["device"])]
-    if bad:
+
+    def seeds_where(test) -> list:
+        return sorted(r["seed"] for r in receipts if test(r))
+
+    if bad := seeds_where(lambda r: not gpu_device_allowed(r["device"])):
         reasons.append(f"seeds {bad} did not run on an allowed CUDA device ({', '.join(config()['gpu_allow'])})")
-    failed = [r["seed"] for r in receipts if r["status"] != "ok"]
-    if failed:
+    if bad := seeds_where(lambda r: not r.get("packages", {}).get("torch_cuda")):
+        reasons.append(f"seeds {bad} record no CUDA build of torch")
+    cuda_ms = lambda r: (r.get("metrics", {}).get(GLUE_NAME) or {}).get("cuda_event_ms")  # noqa: E731
+    if bad := seeds_where(lambda r: not (isinstance(cuda_ms(r), (int, float)) and cuda_ms(r) > 0)):
+        reasons.append(f"seeds {bad} recorded no CUDA event timing in the notebook")
+    if bad := seeds_where(lambda r: r.get("kind") != "profile"):
+        reasons.append(f"seeds {bad} are ad-hoc runs (made with overrides)")
+    if failed := seeds_where(lambda r: r["status"] != "ok"):
         reasons.append(f"seeds {failed} failed")
-    if len({configuration_key(r) for r in receipts}) > 1:
+    if len({rc.configuration_key(r) for r in receipts}) > 1:
         reasons.append("runs differ in more than the seed (notebook, parameters, code or data)")
     seeds = {r["seed"] for r in receipts if r["status"] == "ok"}
     if len(seeds) < config()["min_seeds"]:

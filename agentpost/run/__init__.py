@@ -1,5 +1,6 @@
 """Papermill execution of chapter notebooks: parameter checks, cache keys, backends, batches."""
 
-from agentpost.run.params import RunSpec, UsageError, plan_runs
+from agentpost.errors import UsageError
+from agentpost.run.params import RunSpec, plan_runs
 
 __all__ = ["RunSpec", "UsageError", "plan_runs"]

@@ -11,6 +11,7 @@ import multiprocessing
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from typing import Iterator, Protocol
 
+from agentpost.errors import UsageError
 from agentpost.run.execute import RunResult, execute
 from agentpost.run.params import RunSpec
 
@@ -18,7 +19,7 @@ from agentpost.run.params import RunSpec
 class Backend(Protocol):
     name: str
 
-    def submit(self, specs: list[RunSpec], *, jobs: int, force: bool) -> Iterator[RunResult]:
+    def submit(self, specs: list[RunSpec], *, jobs: int) -> Iterator[RunResult]:
         """Execute every spec, yielding each result as soon as it is known (order not guaranteed)."""
 
 
@@ -27,10 +28,10 @@ class LocalBackend:
 
     name = "local"
 
-    def submit(self, specs: list[RunSpec], *, jobs: int, force: bool) -> Iterator[RunResult]:
+    def submit(self, specs: list[RunSpec], *, jobs: int) -> Iterator[RunResult]:
         context = multiprocessing.get_context("spawn")
         with ProcessPoolExecutor(max_workers=jobs, mp_context=context, max_tasks_per_child=1) as pool:
-            futures = {pool.submit(execute, spec, force=force): spec for spec in specs}
+            futures = {pool.submit(execute, spec): spec for spec in specs}
             for future in as_completed(futures):
                 yield future.result()
 
@@ -39,8 +40,6 @@ BACKENDS: dict[str, type] = {"local": LocalBackend}
 
 
 def get_backend(name: str) -> Backend:
-    from agentpost.run.params import UsageError
-
     if name not in BACKENDS:
         raise UsageError(f"unknown backend {name!r}; available: {', '.join(sorted(BACKENDS))}")
     return BACKENDS[name]()

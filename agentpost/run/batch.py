@@ -6,17 +6,18 @@ import sys
 
 from tqdm.auto import tqdm
 
+from agentpost.errors import UsageError
 from agentpost.run.backends import get_backend
-from agentpost.run.execute import RunResult, cached_result, clear_interrupted
+from agentpost.run.cache import cached_result
+from agentpost.run.execute import RunResult, clear_interrupted
 from agentpost.run.params import RunSpec
 
 
 def run_batch(specs: list[RunSpec], *, jobs: int = 1, backend: str = "local", force: bool = False,
               stream=sys.stderr) -> list[RunResult]:
-    """Execute ``specs`` (cached ones are skipped without starting a process); returns results in spec order."""
+    """Execute ``specs`` (runs with the same key that succeeded and validate are reused without starting a
+    process); returns results in spec order."""
     if jobs < 1:
-        from agentpost.run.params import UsageError
-
         raise UsageError(f"--jobs must be >= 1, got {jobs}")
     chosen = get_backend(backend)
     clear_interrupted()
@@ -29,7 +30,7 @@ def run_batch(specs: list[RunSpec], *, jobs: int = 1, backend: str = "local", fo
         else:
             todo.append(spec)
     with tqdm(total=len(specs), initial=len(specs) - len(todo), desc="runs", unit="run", file=stream) as bar:
-        for result in chosen.submit(todo, jobs=min(jobs, max(len(todo), 1)), force=force):
+        for result in chosen.submit(todo, jobs=min(jobs, max(len(todo), 1))):
             results[(result.spec.chapter, result.spec.profile, result.spec.seed)] = result
             bar.set_postfix_str(f"{result.spec.chapter}/{result.spec.seed}: {result.status}")
             bar.update(1)
@@ -37,9 +38,9 @@ def run_batch(specs: list[RunSpec], *, jobs: int = 1, backend: str = "local", fo
 
 
 def summary_table(results: list[RunResult]) -> str:
-    rows = [("chapter", "profile", "seed", "status", "wall s", "metrics", "run")]
+    rows = [("chapter", "profile", "kind", "seed", "status", "wall s", "metrics", "run")]
     for r in results:
-        rows.append((r.spec.chapter, r.spec.profile, str(r.spec.seed), r.status, f"{r.wall_s:.1f}", str(r.metrics), r.run_dir))
+        rows.append((r.spec.chapter, r.spec.profile, r.spec.kind, str(r.spec.seed), r.status, f"{r.wall_s:.1f}", str(r.metrics), r.run_dir))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))

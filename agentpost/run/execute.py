@@ -1,4 +1,8 @@
-"""Execute one run: papermill into a temporary folder, desensitize, receipt, then rename into place."""
+"""Execute one run: papermill into a temporary folder, desensitize, receipt, then rename into place.
+
+The spec arrives with its input hashes and run key (computed once by :func:`agentpost.run.params.plan_runs`);
+the worker only adds what the execution produces: the output notebook, its hash, the environment and the metrics.
+"""
 
 from __future__ import annotations
 
@@ -18,13 +22,10 @@ from agentpost.catalogue import chapter as get_chapter
 from agentpost.evidence import receipt as rc
 from agentpost.evidence.desensitize import desensitize_text
 from agentpost.evidence.environment import device_info, package_versions
-from agentpost.evidence.recording import read_scraps
 from agentpost.evidence.hashing import sha256_bytes
+from agentpost.evidence.recording import read_scraps
 from agentpost.project import project_root
-from agentpost.run.cache import input_hashes, run_key
 from agentpost.run.params import RunSpec
-
-RUNS_DIR = "book/runs"
 
 
 @dataclass
@@ -37,14 +38,6 @@ class RunResult:
     metrics: int = 0
 
 
-def runs_root() -> Path:
-    return project_root() / RUNS_DIR
-
-
-def run_dir_for(spec: RunSpec, key: str) -> Path:
-    return runs_root() / spec.chapter / spec.profile / f"seed-{spec.seed}-{key}"
-
-
 def sanitize_notebook(nb: dict) -> dict:
     """Desensitize an executed notebook: papermill's path metadata and any machine path in outputs."""
     pm = nb.get("metadata", {}).get("papermill", {})
@@ -54,26 +47,12 @@ def sanitize_notebook(nb: dict) -> dict:
     return json.loads(desensitize_text(json.dumps(nb)))
 
 
-def cached_result(spec: RunSpec, key: str | None = None) -> RunResult | None:
-    """The successful run with the same key (computed from the inputs when not given), if any."""
-    path = run_dir_for(spec, key or run_key(spec))
-    receipt_path = path / rc.RECEIPT_NAME
-    if receipt_path.is_file():
-        receipt = rc.load(receipt_path)
-        if receipt.get("status") == "ok":
-            return RunResult(spec, "cached", path.relative_to(project_root()).as_posix(), 0.0,
-                             metrics=len(receipt.get("metrics", {})))
-    return None
-
-
-def execute(spec: RunSpec, *, force: bool = False) -> RunResult:
-    """Run ``spec`` unless a successful run with the same key exists (``force`` re-runs)."""
-    hashes = input_hashes(spec)
-    key = run_key(spec, hashes)
-    final = run_dir_for(spec, key)
-    if not force and (hit := cached_result(spec, key)) is not None:
-        return hit
+def execute(spec: RunSpec) -> RunResult:
+    """Run ``spec`` (the caller decides about the cache) and write its folder with notebook and receipt."""
+    if not spec.run_key:
+        raise ValueError("execute: the spec has no run key; plan it with agentpost.run.params.plan_runs")
     chapter = get_chapter(spec.chapter)
+    final = spec.folder
     tmp = final.with_name(f".tmp-{final.name}")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
@@ -90,38 +69,34 @@ def execute(spec: RunSpec, *, force: bool = False) -> RunResult:
     except PapermillExecutionError as err:
         error = {"cell_index": err.cell_index, "ename": err.ename, "evalue": desensitize_text(str(err.evalue))[:2000]}
     wall = time.perf_counter() - t0
+    ended = datetime.now(timezone.utc)
     nb = sanitize_notebook(nbformat.read(out_nb, as_version=4))
     nb_text = nbformat.writes(nbformat.from_dict(nb)) + "\n"
     rc.write_atomic(out_nb, nb_text)
-    receipt = rc.seal({
-        "schema_version": rc.SCHEMA_VERSION,
-        "chapter": spec.chapter,
-        "profile": spec.profile,
-        "seed": spec.seed,
-        "status": "failed" if error else "ok",
-        "run_key": key,
-        "error": error,
-        "parameters": spec.notebook_parameters(),
-        "hashes": {**hashes, "output_notebook": sha256_bytes(nb_text.encode())},
-        "packages": package_versions(),
-        "device": device_info(),
-        "timing": {"start": started.isoformat(timespec="seconds"),
-                   "end": datetime.now(timezone.utc).isoformat(timespec="seconds"), "wall_s": round(wall, 2)},
-        "peak_memory": {"host_rss_bytes": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024},
-        "metrics": read_scraps(nb),
-    })
+    receipt = rc.build(
+        chapter=spec.chapter, profile=spec.profile, kind=spec.kind, seed=spec.seed,
+        status="failed" if error else "ok", run_key=spec.run_key, error=error, overrides=spec.overrides,
+        parameters=spec.notebook_parameters(),
+        hashes={**spec.hashes, "output_notebook": sha256_bytes(nb_text.encode())},
+        packages=package_versions(), device=device_info(),
+        timing={"start": started.isoformat(timespec="seconds"),
+                "end": ended.isoformat(timespec="seconds"), "wall_s": round(wall, 2)},
+        peak_memory={"host_rss_bytes": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024},
+        metrics=read_scraps(nb),
+    )
     rc.write_atomic(tmp / rc.RECEIPT_NAME, rc.dump(receipt))
     if final.exists():
         shutil.rmtree(final)
     tmp.rename(final)
     rel = final.relative_to(project_root()).as_posix()
     message = f"cell {error['cell_index']}: {error['ename']}: {error['evalue'][:200]}" if error else None
-    return RunResult(spec, receipt["status"], rel, wall, message, len(receipt["metrics"]))
+    return RunResult(spec, receipt.status, rel, wall, message, len(receipt.metrics))
 
 
 def clear_interrupted() -> int:
     """Remove temporary run folders an interrupted batch left behind; returns how many."""
-    leftovers = list(runs_root().glob("*/*/.tmp-*")) if runs_root().exists() else []
+    root = rc.runs_root()
+    leftovers = [p for p in root.rglob(".tmp-*") if p.is_dir()] if root.exists() else []
     for path in leftovers:
         shutil.rmtree(path, ignore_errors=True)
     return len(leftovers)

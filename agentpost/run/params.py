@@ -2,13 +2,18 @@
 
 A profile ``params/<chapter>/<profile>.yaml`` holds ``seeds`` and ``parameters``. Every parameter must exist in
 the notebook's cell tagged ``parameters`` and have the type of its default there (an int is accepted for a
-float). Any violation — unknown key, wrong type, empty seed list, missing profile, missing data file — raises
-:class:`UsageError` (exit code 2) before a single run starts.
+float). Any violation — unknown key, wrong type, empty seed list, a profile name that is not an identifier or not
+a file in ``params/<chapter>/``, a chapter named twice, a missing data file or one that fails its SOURCE.md checksum
+— raises :class:`UsageError` (exit code 2) before a single run starts.
+
+Planning reads each chapter notebook once and hashes every input once; the run key travels to the worker in the
+:class:`RunSpec`, so the worker executes without hashing again.
 """
 
 from __future__ import annotations
 
 import ast
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -17,48 +22,79 @@ import nbformat
 import yaml
 
 from agentpost.catalogue import Chapter, chapter as get_chapter
-from agentpost.data import DATASETS, DataMissingError, data_file
+from agentpost.data.registry import DATASETS, DataChecksumError, DataMissingError, data_file
+from agentpost.errors import UsageError
+from agentpost.evidence import receipt as rc
 
 PROFILE_KEYS = {"seeds", "parameters", "description", "timeout_s"}
+PROFILE_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]*$")
 
-
-class UsageError(ValueError):
-    """Bad input from the user; the CLI exits with code 2 and writes nothing."""
+__all__ = ["RunSpec", "UsageError", "plan_runs", "profile_parameters"]
 
 
 @dataclass(frozen=True)
 class RunSpec:
-    """One papermill execution: a chapter notebook at one profile and one seed."""
+    """One papermill execution: a chapter notebook at one profile (plus ``-p`` overrides) and one seed.
+
+    ``hashes`` and ``run_key`` are computed once, in the parent, by :func:`plan_runs`.
+    """
 
     chapter: str
     profile: str
     seed: int
     parameters: dict = field(hash=False)
     timeout_s: int | None = None
+    overrides: dict = field(default_factory=dict, hash=False)
+    hashes: dict = field(default_factory=dict, hash=False)
+    run_key: str = ""
+
+    @property
+    def kind(self) -> str:
+        return "ad-hoc" if self.overrides else "profile"
+
+    @property
+    def folder(self) -> Path:
+        return rc.runs_root() / rc.run_folder(self.chapter, self.profile, self.kind, self.seed, self.run_key)
 
     def notebook_parameters(self) -> dict:
         return {**self.parameters, "seed": self.seed}
 
 
-def notebook_defaults(notebook: Path) -> dict[str, Any]:
-    """Names and default values of the notebook's ``parameters`` cell (literal assignments only)."""
-    nb = nbformat.read(notebook, as_version=4)
+def parameters_cell(nb) -> Any:
     cells = [c for c in nb.cells if "parameters" in c.get("metadata", {}).get("tags", [])]
     if len(cells) != 1:
-        raise UsageError(f"{notebook.name}: expected exactly one cell tagged 'parameters', found {len(cells)}")
-    defaults: dict[str, Any] = {}
-    for node in ast.parse(cells[0].source).body:
+        raise UsageError(f"expected exactly one cell tagged 'parameters', found {len(cells)}")
+    return cells[0]
+
+
+def literal_assignments(source: str, where: str) -> dict[str, Any]:
+    """``name = literal`` lines of a parameters (or papermill's injected-parameters) cell."""
+    values: dict[str, Any] = {}
+    for node in ast.parse(source).body:
         if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.value is not None:
-            defaults[node.target.id] = ast.literal_eval(node.value)
+            values[node.target.id] = ast.literal_eval(node.value)
         elif isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
-            defaults[node.targets[0].id] = ast.literal_eval(node.value)
+            values[node.targets[0].id] = ast.literal_eval(node.value)
         else:
-            raise UsageError(f"{notebook.name}: the parameters cell may only hold `name = literal` lines")
+            raise UsageError(f"{where}: the parameters cell may only hold `name = literal` lines")
+    return values
+
+
+def notebook_defaults(notebook: Path | Any) -> dict[str, Any]:
+    """Names and default values of the notebook's ``parameters`` cell (a path, or an already-read notebook)."""
+    name = notebook.name if isinstance(notebook, Path) else "notebook"
+    nb = nbformat.read(notebook, as_version=4) if isinstance(notebook, Path) else notebook
+    try:
+        cell = parameters_cell(nb)
+    except UsageError as err:
+        raise UsageError(f"{name}: {err}") from None
+    cells = [cell]
+    defaults = literal_assignments(cells[0].source, name)
     from papermill.translators import PythonTranslator
 
     seen_by_papermill = {p.name for p in PythonTranslator.inspect(cells[0])}
     if seen_by_papermill != set(defaults):
-        raise UsageError(f"{notebook.name}: papermill cannot parse the parameters {sorted(set(defaults) - seen_by_papermill)}"
+        raise UsageError(f"{name}: papermill cannot parse the parameters {sorted(set(defaults) - seen_by_papermill)}"
                          " (keep comments free of quotes and brackets)")
     return defaults
 
@@ -75,9 +111,10 @@ def _type_ok(value: Any, default: Any) -> bool:
     return isinstance(value, type(default))
 
 
-def check_parameters(chapter: Chapter, parameters: dict, *, source: str) -> dict:
-    """Check names and types against the notebook; returns the parameters with ints promoted to float where due."""
-    defaults = notebook_defaults(chapter.notebook)
+def check_parameters(chapter: Chapter, parameters: dict, *, source: str, defaults: dict | None = None) -> dict:
+    """Check names and types against the notebook's defaults (read from it when not given); returns the
+    parameters with ints promoted to float where due."""
+    defaults = notebook_defaults(chapter.notebook) if defaults is None else defaults
     checked = {}
     for key, value in parameters.items():
         if key == "seed":
@@ -94,10 +131,13 @@ def check_parameters(chapter: Chapter, parameters: dict, *, source: str) -> dict
 
 
 def load_profile(chapter: Chapter, profile: str) -> dict:
+    """The profile file ``params/<chapter>/<profile>.yaml``; ``profile`` must be an identifier naming one of them,
+    so nothing outside the repository is ever read or written through a profile name."""
+    known = chapter.profiles
+    if not isinstance(profile, str) or not PROFILE_NAME.match(profile) or profile not in known:
+        what = "is not a profile name (lower-case letters, digits, _ and -)" if not PROFILE_NAME.match(str(profile)) else "is not a profile"
+        raise UsageError(f"{chapter.id}: {profile!r} {what}; known profiles in params/{chapter.id}/: {', '.join(known) or 'none'}")
     path = chapter.profile_path(profile)
-    if not path.is_file():
-        known = ", ".join(chapter.profiles) or "none"
-        raise UsageError(f"{chapter.id}: no profile {profile!r} (expected {path.name} in params/{chapter.id}/; known: {known})")
     raw = yaml.safe_load(path.read_text()) or {}
     unknown = set(raw) - PROFILE_KEYS
     if unknown:
@@ -130,18 +170,33 @@ def parse_seeds(text: str | None, profile_seeds: Any, source: str) -> list[int]:
 
 
 def check_data(chapter: Chapter) -> None:
+    """Every data file of the chapter exists and matches its SOURCE.md checksum."""
     for name in chapter.datasets:
         for filename in DATASETS[name]:
             try:
                 data_file(name, filename)
-            except DataMissingError as err:
+            except (DataMissingError, DataChecksumError) as err:
                 raise UsageError(f"{chapter.id}: {err}") from None
 
 
+def profile_parameters(chapter: Chapter, profile: str, overrides: dict, defaults: dict) -> dict:
+    """The parameters of a run: the profile file's, then the overrides, checked against the notebook's defaults.
+
+    The one rule both planning and ``agentpost validate`` apply."""
+    raw = load_profile(chapter, profile)
+    parameters = check_parameters(chapter, dict(raw.get("parameters") or {}), source=f"params/{chapter.id}/{profile}.yaml",
+                                  defaults=defaults)
+    parameters.update(check_parameters(chapter, overrides, source="-p", defaults=defaults))
+    return parameters
+
+
 def plan_runs(chapter_ids: list[str], profile: str, *, seeds: str | None = None, overrides: list[str] = ()) -> list[RunSpec]:
-    """Validate everything and return the runs to execute; raises :class:`UsageError` on any bad input."""
+    """Validate everything and return the runs to execute, keys computed; raises :class:`UsageError` on bad input."""
     if not chapter_ids:
         raise UsageError("name at least one chapter (see `agentpost list`)")
+    twice = sorted({c for c in chapter_ids if chapter_ids.count(c) > 1})
+    if twice:
+        raise UsageError(f"chapter(s) named more than once: {', '.join(twice)}")
     extra = parse_overrides(list(overrides))
     specs = []
     for chapter_id in chapter_ids:
@@ -152,10 +207,12 @@ def plan_runs(chapter_ids: list[str], profile: str, *, seeds: str | None = None,
         if not chapter.started:
             raise UsageError(f"{chapter_id}: no notebook yet (notebooks/{chapter_id}.ipynb); the chapter is not started")
         raw = load_profile(chapter, profile)
-        source = f"params/{chapter_id}/{profile}.yaml"
-        parameters = check_parameters(chapter, dict(raw.get("parameters") or {}), source=source)
-        parameters.update(check_parameters(chapter, extra, source="-p"))
+        notebook = rc.source_notebook(chapter_id)  # the one read of the notebook in the parent
+        parameters = profile_parameters(chapter, profile, extra, notebook_defaults(notebook))
         check_data(chapter)
-        for seed in parse_seeds(seeds, raw.get("seeds"), source if seeds is None else "--seeds"):
-            specs.append(RunSpec(chapter_id, profile, seed, parameters, raw.get("timeout_s")))
+        hashes = rc.input_hashes(notebook, parameters, chapter.datasets)
+        kind = "ad-hoc" if extra else "profile"
+        for seed in parse_seeds(seeds, raw.get("seeds"), f"params/{chapter_id}/{profile}.yaml" if seeds is None else "--seeds"):
+            key = rc.run_key(chapter_id, profile, kind, seed, hashes)
+            specs.append(RunSpec(chapter_id, profile, seed, parameters, raw.get("timeout_s"), dict(extra), hashes, key))
     return specs

@@ -11,12 +11,16 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from agentpost.project import project_root
 
 REPO = project_root()
 DATA = REPO.parent / "shared" / "data"
 TINY = ["-p", "train_fraction=0.05", "-p", "n_boot=200", "-p", "lambda_step=0.25", "-p", "bigram_k_grid=[0.01]"]
+#: The same tiny size as a profile of the throwaway project, so its runs are profile runs (not ad-hoc).
+TINY_PROFILE = {"description": "e2e tests: the protocol chapter at a tiny size", "seeds": [42, 43, 44],
+                "parameters": {"train_fraction": 0.05, "n_boot": 200, "lambda_step": 0.25, "bigram_k_grid": [0.01]}}
 
 
 def make_project(dest: Path) -> Path:
@@ -26,12 +30,28 @@ def make_project(dest: Path) -> Path:
         shutil.copytree(REPO / folder, dest / folder, ignore=shutil.ignore_patterns("runs", "generated", "__pycache__"))
     (dest / "notebooks").mkdir()
     shutil.copy(REPO / "notebooks" / "paired-protocol.ipynb", dest / "notebooks")
+    (dest / "params" / "paired-protocol" / "tiny.yaml").write_text(yaml.safe_dump(TINY_PROFILE))
     return dest
 
 
 @pytest.fixture(scope="session")
 def project(tmp_path_factory):
     return make_project(tmp_path_factory.mktemp("project"))
+
+
+@pytest.fixture(scope="session")
+def tiny_runs(project):
+    """Seeds 42, 43, 44 of the tiny profile, run once per session (two at a time); returns (project, result).
+
+    A leftover of an interrupted batch is planted first: the batch must clear it."""
+    (project / "book" / "runs" / "paired-protocol" / "tiny" / ".tmp-seed-1-interrupted").mkdir(parents=True)
+    return project, agentpost(project, "run", "paired-protocol", "--profile", "tiny", "--jobs", "2")
+
+
+def run_folders(root: Path) -> list[Path]:
+    """Every finished run folder of a project (or under a folder of its runs), profile and ad-hoc runs alike."""
+    runs = root / "book" / "runs" if (root / "book").is_dir() else root
+    return sorted(p.parent for p in runs.rglob("receipt.json")) if runs.exists() else []
 
 
 def agentpost(root: Path, *args: str, data: Path | None = DATA) -> subprocess.CompletedProcess:

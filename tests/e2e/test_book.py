@@ -2,11 +2,11 @@
 
 import json
 
-from tests.e2e.conftest import TINY, agentpost
+from tests.e2e.conftest import agentpost
 
 
-def test_ledger_and_book_build(project, tmp_path):
-    runs = agentpost(project, "run", "paired-protocol", "--seeds", "11,12,13", "--jobs", "2", *TINY)
+def test_ledger_and_book_build(tiny_runs, tmp_path):
+    project, runs = tiny_runs
     assert runs.returncode == 0, runs.stderr[-2000:]
     report = tmp_path / "claims.json"
     report.write_text(json.dumps({"paired-protocol/C1": {"passed": 3, "failed": 0, "skipped": 0, "tests": []},
@@ -23,7 +23,7 @@ def test_ledger_and_book_build(project, tmp_path):
     assert "test_nll_trigram_nats = " in section and "(mean of 3 seeds)" in section
     assert "| [opsd](#opsd) | not started |" in page
     evidence = (project / "book" / "generated" / "evidence" / "paired-protocol.md").read_text()
-    assert "| 11 | ok | yes" in evidence and "paired_trigram_vs_bigram" in evidence
+    assert "## Profile `tiny`" in evidence and "| 42 | ok | yes" in evidence and "paired_trigram_vs_bigram" in evidence
 
     book = agentpost(project, "book", "--skip-runs", "--claims-report", str(report))
     assert book.returncode == 0, book.stdout[-3000:] + book.stderr[-3000:]

@@ -1,15 +1,11 @@
-"""End to end: parameter checks, runs, cache, failures, receipts, validation (paired-protocol at a tiny size)."""
+"""End to end: parameter checks, runs, cache, failures, ad-hoc runs, receipts, validation (paired-protocol, tiny)."""
 
 import json
 import shutil
 
 import pytest
 
-from tests.e2e.conftest import TINY, agentpost
-
-
-def _runs(root):
-    return sorted((root / "book" / "runs").glob("*/*/seed-*")) if (root / "book" / "runs").exists() else []
+from tests.e2e.conftest import DATA, TINY, agentpost, run_folders
 
 
 @pytest.mark.parametrize(
@@ -20,19 +16,22 @@ def _runs(root):
         (["-p", "train_fraction=[1]"], "parameter 'train_fraction' must be float"),
         (["--seeds", ","], "seed list is empty"),
         (["--seeds", "1,x"], "seeds must be integers"),
-        (["--profile", "nope"], "no profile 'nope'"),
+        (["--profile", "nope"], "'nope' is not a profile"),
+        (["--profile", "../../../elsewhere/prof"], "is not a profile name"),
+        (["--profile", "/etc/passwd"], "is not a profile name"),
+        (["paired-protocol"], "named more than once: paired-protocol"),
     ],
 )
 def test_bad_input_exits_2_and_writes_nothing(project, args, message):
-    before = _runs(project)
+    before = run_folders(project)
     result = agentpost(project, "run", "paired-protocol", *args)
     assert result.returncode == 2, result.stderr
     assert message in result.stderr
-    assert _runs(project) == before
+    assert run_folders(project) == before
 
 
 def test_missing_data_and_unknown_chapter_exit_2(tmp_path, project):
-    before = _runs(project)
+    before = run_folders(project)
     empty = tmp_path / "nodata"
     empty.mkdir()
     result = agentpost(project, "run", "paired-protocol", data=empty)
@@ -41,47 +40,58 @@ def test_missing_data_and_unknown_chapter_exit_2(tmp_path, project):
     assert result.returncode == 2 and "unknown chapter" in result.stderr
     result = agentpost(project, "run", "opsd")
     assert result.returncode == 2 and "not started" in result.stderr
-    assert _runs(project) == before
+    assert run_folders(project) == before
 
 
-@pytest.fixture(scope="module")
-def batch(project):
-    (project / "book" / "runs" / "paired-protocol" / "smoke" / ".tmp-seed-1-interrupted").mkdir(parents=True)
-    result = agentpost(project, "run", "paired-protocol", "--seeds", "1,2,3", "--jobs", "2", *TINY)
-    return project, result
+def test_a_truncated_data_file_is_refused_before_the_run(tmp_path, project):
+    data = tmp_path / "data" / "wikitext-2"
+    data.mkdir(parents=True)
+    for f in ("SOURCE.md", "train.txt", "valid.txt"):
+        (data / f).symlink_to(DATA / "wikitext-2" / f)
+    (data / "test.txt").write_bytes((DATA / "wikitext-2" / "test.txt").read_bytes()[:3000])
+    before = run_folders(project)
+    result = agentpost(project, "run", "paired-protocol", "--profile", "tiny", data=data.parent)
+    assert result.returncode == 2, result.stderr
+    assert "wikitext-2/test.txt has 3000 bytes; wikitext-2/SOURCE.md records 1256449" in result.stderr
+    assert run_folders(project) == before
+    (data / "test.txt").write_bytes(b"x" * 1256449)  # right size, wrong content
+    result = agentpost(project, "run", "paired-protocol", "--profile", "tiny", data=data.parent)
+    assert result.returncode == 2 and "wikitext-2/test.txt has sha256" in result.stderr
 
 
-def test_batch_runs_writes_receipts_and_validates(batch):
-    project, result = batch
+def test_batch_runs_writes_receipts_and_validates(tiny_runs):
+    project, result = tiny_runs
     assert result.returncode == 0, result.stdout + result.stderr
-    runs = [r for r in _runs(project) if r.name.split("-")[1] in {"1", "2", "3"}]
-    assert len(runs) == 3
-    assert not list((project / "book" / "runs").glob("*/*/.tmp-*")), "interrupted leftovers must be cleared"
+    runs = run_folders(project / "book" / "runs" / "paired-protocol" / "tiny")
+    assert [r.name.split("-")[1] for r in runs if r.parent.name == "tiny"] == ["42", "43", "44"]
+    assert not list((project / "book" / "runs").rglob(".tmp-*")), "interrupted leftovers must be cleared"
     receipt = json.loads((runs[0] / "receipt.json").read_text())
-    assert receipt["status"] == "ok" and receipt["seed"] == 1 and receipt["parameters"]["train_fraction"] == 0.05
+    assert receipt["status"] == "ok" and receipt["seed"] == 42 and receipt["kind"] == "profile"
+    assert receipt["parameters"]["train_fraction"] == 0.05 and receipt["overrides"] == {}
     assert receipt["metrics"]["paired_verdict"] in {"better", "worse", "no detectable difference", "underpowered"}
     assert set(receipt["hashes"]) == {"source_notebook", "parameters", "code_tree", "data", "output_notebook"}
     assert "wikitext-2/test.txt" in receipt["hashes"]["data"]
     assert receipt["peak_memory"]["host_rss_bytes"] > 10 * 2**20
+    assert receipt["metrics"]["run_environment"]["device"] == receipt["device"]  # what the notebook itself printed
     assert "runs:" in result.stderr and "seed" in result.stdout  # progress bar and summary table
     check = agentpost(project, "validate")
     assert check.returncode == 0, check.stdout
 
 
-def test_second_call_is_cached(batch):
-    project, _ = batch
-    again = agentpost(project, "run", "paired-protocol", "--seeds", "1,2,3", *TINY)
+def test_second_call_is_cached(tiny_runs):
+    project, _ = tiny_runs
+    again = agentpost(project, "run", "paired-protocol", "--profile", "tiny")
     assert again.returncode == 0
     assert again.stdout.count("cached") == 3
 
 
-def test_receipts_are_desensitized(batch):
+def test_receipts_are_desensitized(tiny_runs):
     import getpass
     import os
     import socket
 
-    project, _ = batch
-    for run in _runs(project):
+    project, _ = tiny_runs
+    for run in run_folders(project):
         for name in ("receipt.json", "notebook.ipynb"):
             text = (run / name).read_text()
             for secret in (str(project), os.path.expanduser("~"), os.environ["PATH"]):
@@ -94,10 +104,10 @@ def test_receipts_are_desensitized(batch):
                 assert getpass.getuser() not in text
 
 
-def test_editing_a_metric_fails_validation_and_names_it(batch, tmp_path):
-    project, _ = batch
-    run = _runs(project)[0]
-    copy = tmp_path / run.name
+def test_editing_a_metric_fails_validation_and_names_it(tiny_runs, tmp_path):
+    project, _ = tiny_runs
+    run = run_folders(project / "book" / "runs" / "paired-protocol" / "tiny")[0]
+    copy = tmp_path / "paired-protocol" / "tiny" / run.name
     shutil.copytree(run, copy)
     receipt = json.loads((copy / "receipt.json").read_text())
     receipt["metrics"]["test_nll_trigram_nats"] -= 0.5
@@ -116,15 +126,46 @@ def test_editing_a_metric_fails_validation_and_names_it(batch, tmp_path):
     assert "hashes.output_notebook" in result.stdout and "metrics.paired_verdict" in result.stdout
 
 
+def _page_state(project):
+    pages = sorted((project / "book" / "generated").rglob("*.md"))
+    return {p.relative_to(project).as_posix(): p.read_text() for p in pages}
+
+
+def test_an_adhoc_run_is_kept_apart(tiny_runs, tmp_path):
+    project, _ = tiny_runs
+    report = tmp_path / "claims.json"
+    report.write_text("{}")
+    assert agentpost(project, "ledger", "--claims-report", str(report)).returncode == 0
+    pages, listing = _page_state(project), agentpost(project, "list").stdout
+    result = agentpost(project, "run", "paired-protocol", "--profile", "tiny", "--seeds", "42", "-p", "n_boot=100")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "ad-hoc" in result.stdout
+    adhoc = run_folders(project / "book" / "runs" / "paired-protocol" / "tiny" / "ad-hoc")
+    assert len(adhoc) == 1 and json.loads((adhoc[0] / "receipt.json").read_text())["overrides"] == {"n_boot": 100}
+    after = agentpost(project, "list").stdout
+    tiny_line = [line for line in listing.splitlines() if line.startswith("paired-protocol")]
+    assert tiny_line == [line for line in after.splitlines() if line.startswith("paired-protocol")]
+    assert "ad-hoc runs" in after and "paired-protocol/tiny+overrides: 1 run(s), seeds [42]" in after
+    assert agentpost(project, "ledger", "--claims-report", str(report)).returncode == 0
+    assert _page_state(project) == pages, "an ad-hoc run must not change the ledger or the evidence pages"
+
+    # A missing claims report is refused before anything is removed.
+    missing = agentpost(project, "ledger", "--claims-report", str(tmp_path / "missing.json"))
+    assert missing.returncode == 2 and "no claims report" in missing.stderr
+    assert _page_state(project) == pages
+
+
 def test_a_failing_notebook_is_recorded_and_others_continue(project):
     result = agentpost(project, "run", "paired-protocol", "--seeds", "7", *TINY, "-p", "train_fraction=0.0")
     assert result.returncode == 1
-    failed = [r for r in _runs(project) if r.name.startswith("seed-7-")]
-    assert len(failed) == 1
+    failed = [r for r in run_folders(project) if r.name.startswith("seed-7-")]
+    assert len(failed) == 1 and failed[0].parent.name == "ad-hoc"
     receipt = json.loads((failed[0] / "receipt.json").read_text())
-    assert receipt["status"] == "failed"
+    assert receipt["status"] == "failed" and receipt["kind"] == "ad-hoc"
     assert receipt["error"]["ename"] == "ValueError" and "fraction" in receipt["error"]["evalue"]
     assert "FAILED paired-protocol seed 7" in result.stdout
+    check = agentpost(project, "validate", str(failed[0]))
+    assert check.returncode == 0, check.stdout  # a failed run is recorded faithfully
 
 
 def test_validate_on_a_fresh_checkout_and_a_missing_path(tmp_path):

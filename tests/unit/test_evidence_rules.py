@@ -7,13 +7,16 @@ import pytest
 from agentpost.catalogue import chapter
 from agentpost.evidence.receipt import seal
 from agentpost.evidence.validate import gpu_device_allowed, gpu_evidence_problems
-from agentpost.run.params import UsageError, check_parameters, parse_overrides, parse_seeds
+from agentpost.errors import UsageError
+from agentpost.run.params import check_parameters, parse_overrides, parse_seeds
 
 H200 = {"kind": "cuda", "name": "NVIDIA H200", "count": 1}
 
 
-def receipt(seed, device=H200, code="c1", status="ok"):
-    return {"chapter": "kite", "profile": "a100", "seed": seed, "status": status, "device": device,
+def receipt(seed, device=H200, code="c1", status="ok", torch_cuda="12.8", cuda_event_ms=0.31, kind="profile"):
+    return {"chapter": "kite", "profile": "a100", "kind": kind, "seed": seed, "status": status, "device": device,
+            "packages": {"torch": "2.13.0", "torch_cuda": torch_cuda},
+            "metrics": {"run_environment": {"device": device, "cuda_event_ms": cuda_event_ms}},
             "hashes": {"source_notebook": "s", "parameters": "p", "code_tree": code, "data": {}, "output_notebook": str(seed)}}
 
 
@@ -33,6 +36,15 @@ def test_gpu_evidence_needs_three_matching_seeds_on_allowed_devices():
     assert "seeds [3] did not run on an allowed CUDA device" in " ".join(gpu_evidence_problems(consumer))
     failed = [receipt(1), receipt(2), receipt(3, status="failed")]
     assert "seeds [3] failed" in " ".join(gpu_evidence_problems(failed))
+
+
+def test_gpu_evidence_needs_facts_a_cpu_run_cannot_produce():
+    no_cuda_torch = [receipt(1), receipt(2, torch_cuda=None), receipt(3)]
+    assert "seeds [2] record no CUDA build of torch" in " ".join(gpu_evidence_problems(no_cuda_torch))
+    no_events = [receipt(1, cuda_event_ms=None), receipt(2), receipt(3, cuda_event_ms=0.0)]
+    assert "seeds [1, 3] recorded no CUDA event timing" in " ".join(gpu_evidence_problems(no_events))
+    adhoc = [receipt(s, kind="ad-hoc") for s in (1, 2, 3)]
+    assert "seeds [1, 2, 3] are ad-hoc runs" in " ".join(gpu_evidence_problems(adhoc))
 
 
 def test_seal_detects_any_edit():

@@ -1,0 +1,173 @@
+"""Evidence levels, derived from receipts and test outcomes (never typed; DESIGN.md, "Evidence levels").
+
+* **mechanism** — every test tied to the claim (``@pytest.mark.claim``) passed, and there is at least one;
+* **diagnostic** — a run configuration of a non-synthetic chapter with >= ``min_seeds`` successful, valid
+  seeds whose receipts all record the claim's metrics;
+* **gpu-diagnostic** — the same from runs on an allowed CUDA device that pass :func:`gpu_evidence_problems`;
+* **reproduction** — the same from a profile named ``reproduction`` (the paper's models, data and budgets).
+
+Only profile runs count: ad-hoc runs (made with ``-p`` overrides) are listed apart and never become a profile's
+evidence. The test outcomes come from the claims report that the test run writes
+(:mod:`agentpost.evidence.claims_plugin`); this module only reads it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from agentpost.catalogue import Chapter, Claim, chapters
+from agentpost.errors import UsageError
+from agentpost.evidence.paired_table import is_paired, paired_outcome
+from agentpost.evidence import receipt as rc
+from agentpost.evidence.recording import format_value
+from agentpost.evidence.validate import Report, check_run, gpu_evidence_problems
+from agentpost.project import config, project_root
+
+LEVELS = ("mechanism", "diagnostic", "gpu-diagnostic", "reproduction")
+#: Where the claims plugin writes the outcomes of claim-marked tests by default (relative to the project root).
+CLAIMS_REPORT = "_build/claims-report.json"
+
+
+@dataclass
+class Run:
+    path: Path
+    receipt: dict
+    problems: list = field(default_factory=list)
+    stale: list = field(default_factory=list)
+
+    @classmethod
+    def from_report(cls, report: Report) -> "Run":
+        return cls(report.path, report.receipt, report.problems, report.stale)
+
+    @property
+    def valid_ok(self) -> bool:
+        return not self.problems and self.receipt.get("status") == "ok"
+
+    @property
+    def adhoc(self) -> bool:
+        return self.receipt.get("kind") != "profile"
+
+
+def group_runs(reports: list[Report]) -> tuple[dict[tuple[str, str], list[Run]], dict[tuple[str, str], list[Run]]]:
+    """(profile runs, ad-hoc runs), each keyed by (chapter, profile); a receipt claiming ad-hoc-ness or not is
+    only believed when the run validates (an invalid run is listed with the profile runs, never counted)."""
+    profile: dict[tuple[str, str], list[Run]] = defaultdict(list)
+    adhoc: dict[tuple[str, str], list[Run]] = defaultdict(list)
+    for report in reports:
+        run = Run.from_report(report)
+        key = (run.receipt.get("chapter"), run.receipt.get("profile"))
+        (adhoc if run.adhoc and not run.problems else profile)[key].append(run)
+    return dict(profile), dict(adhoc)
+
+
+def collect_runs(chapter_id: str | None = None, *, adhoc: bool = False) -> dict[tuple[str, str], list[Run]]:
+    """Every run under the runs root, each validated once, keyed by (chapter, profile): profile runs, or the
+    ad-hoc runs with ``adhoc=True``."""
+    root = rc.runs_root() / chapter_id if chapter_id else rc.runs_root()
+    profile, ad = group_runs([check_run(d) for d in rc.run_dirs(root)])
+    return ad if adhoc else profile
+
+
+def newest_configuration(runs: list[Run]) -> list[Run]:
+    """The valid runs of the configuration (all but the seed equal) that finished most recently."""
+    groups: dict[str, list[Run]] = defaultdict(list)
+    for run in runs:
+        if not run.problems:
+            groups[rc.configuration_key(run.receipt)].append(run)
+    if not groups:
+        return []
+    return max(groups.values(), key=lambda g: max(r.receipt["timing"]["end"] for r in g))
+
+
+def read_claims_report(path: Path | None = None) -> dict:
+    """Outcomes of claim-marked tests, as the test run wrote them; a missing or unreadable report is a usage error."""
+    path = Path(path) if path is not None else project_root() / CLAIMS_REPORT
+    if not path.is_file():
+        raise UsageError(f"no claims report at {path}: run the tests first (`make test`, or `pytest -m claim "
+                         f"tests/unit tests/kernels --claims-report {CLAIMS_REPORT}`), or pass --claims-report FILE")
+    try:
+        report = json.loads(path.read_text())
+    except ValueError as err:
+        raise UsageError(f"claims report {path} is not JSON: {err}") from None
+    if not isinstance(report, dict):
+        raise UsageError(f"claims report {path} must map '<chapter>/<claim>' to outcomes")
+    return report
+
+
+@dataclass
+class ClaimStatus:
+    chapter: Chapter
+    claim: Claim
+    levels: dict[str, bool]
+    notes: dict[str, str]
+
+    @property
+    def reached(self) -> str:
+        reached = [lvl for lvl in LEVELS if self.levels[lvl]]
+        return reached[-1] if reached else "none"
+
+
+def _has_metrics(group: list[Run], metrics: tuple[str, ...]) -> bool:
+    return bool(metrics) and all(all(m in r.receipt["metrics"] for m in metrics) for r in group)
+
+
+def _outcome(group: list[Run], metrics: tuple[str, ...]) -> str:
+    """What the claim's metrics say across the seeds' runs: verdict-like values as recorded, numbers as their mean.
+
+    A level says evidence exists; the outcome says whether it supports the claim, contradicts it or is null.
+    """
+    parts = []
+    for m in metrics:
+        values = [r.receipt["metrics"][m] for r in sorted(group, key=lambda r: r.receipt["seed"])]
+        if all(is_paired(v) for v in values):
+            parts.append(f"{m} = " + " / ".join(paired_outcome(v) for v in values))
+        elif all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
+            parts.append(f"{m} = {format_value(sum(values) / len(values))} (mean of {len(values)} seeds)")
+        elif all(isinstance(v, (str, bool)) or (isinstance(v, dict) and all(isinstance(x, str) for x in v.values()))
+                 for v in values):
+            shown = {json.dumps(v, sort_keys=True) for v in values}
+            text = " / ".join(format_value(v) for v in values) if len(shown) > 1 else format_value(values[0])
+            parts.append(f"{m} = {text}")
+    return "; ".join(parts)
+
+
+def claim_status(chapter: Chapter, claim: Claim, tests: dict, runs: dict[tuple[str, str], list[Run]]) -> ClaimStatus:
+    levels = dict.fromkeys(LEVELS, False)
+    notes = {}
+    t = tests.get(f"{chapter.id}/{claim.id}")
+    if t:
+        levels["mechanism"] = t["passed"] > 0 and t["failed"] == 0
+        notes["mechanism"] = f"{t['passed']} passed, {t['failed']} failed"
+    else:
+        notes["mechanism"] = "no test tied to this claim"
+    min_seeds = config()["min_seeds"]
+    for (cid, profile), chapter_runs in runs.items():
+        if cid != chapter.id:
+            continue
+        group = [r for r in newest_configuration(chapter_runs) if r.valid_ok and not r.adhoc]
+        seeds = {r.receipt["seed"] for r in group}
+        if len(seeds) < min_seeds or not _has_metrics(group, claim.metrics):
+            continue
+        receipts = [r.receipt for r in group]
+        on_gpu = not gpu_evidence_problems(receipts)
+        level = "reproduction" if profile == "reproduction" and on_gpu else "gpu-diagnostic" if on_gpu else "diagnostic"
+        if chapter.synthetic:
+            notes["diagnostic"] = "synthetic data: never counts as a diagnostic"
+            continue
+        # A GPU (or reproduction) configuration is also the diagnostic run at a larger scale.
+        reached = {"diagnostic"} | ({"gpu-diagnostic"} if on_gpu else set()) | ({level} if level == "reproduction" else set())
+        for lvl in reached:
+            levels[lvl] = True
+            notes[lvl] = f"profile {profile}, seeds {sorted(seeds)}"
+        if outcome := _outcome(group, claim.metrics):
+            notes["outcome"] = outcome
+    if not claim.metrics:
+        notes.setdefault("diagnostic", "no metric is tied to this claim")
+    return ClaimStatus(chapter, claim, levels, notes)
+
+
+def ledger_rows(tests: dict, runs) -> list[ClaimStatus]:
+    return [claim_status(ch, cl, tests, runs) for ch in chapters() for cl in ch.claims]
