@@ -56,15 +56,22 @@ def h2o_scores(hh: torch.Tensor, recent: int, seen: torch.Tensor | None = None) 
     return s
 
 
-def snapkv_scores(window_attn: torch.Tensor, window: int, kernel: int = 5, pool: str = "avg") -> torch.Tensor:
+def snapkv_scores(window_attn: torch.Tensor, window: int, kernel: int = 5, pool: str = "avg", *,
+                  protected: int = 0, pool_over: str = "sequence") -> torch.Tensor:
     """SnapKV (FasterDecoding/SnapKV ``snapkv_utils.py``; kvpress ``SnapKVPress``).
 
     ``window_attn``: ``(G, w, T)`` attention of the last ``w`` queries over ``T`` entries (the window being the
     last ``w`` entries). Mean over window queries, then ``avg``/``max`` pooling with stride 1 and padding
     ``kernel // 2`` (zeros counted in the average, as ``avg_pool1d``'s default); window entries forced.
+    Returns the scores of entries ``protected..T-1``: pooled over the whole sequence (``pool_over="sequence"``,
+    published) or over those entries only (``"evictable"``, zero padding at the prefix boundary).
     """
     if pool not in ("avg", "max"):
         raise ValueError(f"SnapKV pool must be 'avg' or 'max', got {pool!r}")
+    if pool_over not in ("sequence", "evictable"):
+        raise ValueError(f"SnapKV pool_over must be 'sequence' or 'evictable', got {pool_over!r}")
+    if pool_over == "evictable":
+        window_attn = window_attn[:, :, protected:]
     g, w, t = window_attn.shape
     if w != window:
         raise ValueError(f"window attention has {w} rows, window is {window}")
@@ -76,7 +83,8 @@ def snapkv_scores(window_attn: torch.Tensor, window: int, kernel: int = 5, pool:
         s = F.avg_pool1d(v, kernel, stride=1, padding=pad, count_include_pad=True).squeeze(1)
     else:
         s = F.max_pool1d(v, kernel, stride=1, padding=pad).squeeze(1)
-    return torch.cat([s[:, : t - window], torch.full((g, window), math.inf, dtype=torch.float64, device=s.device)], dim=1)
+    s = torch.cat([s[:, : t - window], torch.full((g, window), math.inf, dtype=torch.float64, device=s.device)], dim=1)
+    return s if pool_over == "evictable" else s[:, protected:]
 
 
 def rkv_redundancy(keys: torch.Tensor, threshold: float = 0.5) -> torch.Tensor:
@@ -99,13 +107,20 @@ def rkv_redundancy(keys: torch.Tensor, threshold: float = 0.5) -> torch.Tensor:
 
 
 def rkv_scores(window_logits: torch.Tensor, keys: torch.Tensor, window: int, kernel: int = 7,
-               mix_lambda: float = 0.07, threshold: float = 0.5) -> torch.Tensor:
+               mix_lambda: float = 0.07, threshold: float = 0.5, *, protected: int = 0,
+               score_over: str = "cache") -> torch.Tensor:
     """R-KV (``rkv/compression/r1_kv.py::R1KV._compute_scores``): :math:`\\lambda\\,\\mathrm{attn}-(1-\\lambda)\\,\\mathrm{red}`.
 
     ``window_logits``: ``(G, w, N)`` pre-softmax scores of the last ``w`` queries, already max-pooled over each
     GQA group; softmax over the non-window entries, mean over queries, max-pool (kernel, stride 1, padding
     kernel // 2); redundancy over all ``N`` keys ``(G, N, d)`` sliced to the non-window part; window forced.
+    Returns the scores of entries ``protected..N-1``, computed over the whole cache (``score_over="cache"``,
+    published) or over those entries only (``"evictable"``: softmax and redundancy ignore the prefix).
     """
+    if score_over not in ("cache", "evictable"):
+        raise ValueError(f"R-KV score_over must be 'cache' or 'evictable', got {score_over!r}")
+    if score_over == "evictable":
+        window_logits, keys = window_logits[:, :, protected:], keys[:, protected:]
     g, w, n = window_logits.shape
     if w != window:
         raise ValueError(f"window logits have {w} rows, window is {window}")
@@ -115,7 +130,8 @@ def rkv_scores(window_logits: torch.Tensor, keys: torch.Tensor, window: int, ker
     attn = attn.squeeze(1)[:, : n - window]
     red = rkv_redundancy(keys, threshold)[:, : n - window]
     s = mix_lambda * attn - (1 - mix_lambda) * red
-    return torch.cat([s, torch.full((g, window), math.inf, dtype=torch.float64, device=s.device)], dim=1)
+    s = torch.cat([s, torch.full((g, window), math.inf, dtype=torch.float64, device=s.device)], dim=1)
+    return s if score_over == "evictable" else s[:, protected:]
 
 
 def group_pool(x: torch.Tensor, n_kv_heads: int, how: str) -> torch.Tensor:
@@ -279,9 +295,7 @@ class SnapKV(KVPolicy):
         logits = logits.masked_fill(torch.arange(n, device=logits.device).view(1, n) > qpos, -math.inf)  # causal inside the window
         how = "mean" if self.head_mode == "query_head" else self.head_mode.removeprefix("kv_group_")
         attn = group_pool(torch.softmax(logits, dim=-1), self.n_kv_heads, how)  # query_head: groups of one
-        if self.pool_over == "evictable":
-            return snapkv_scores(attn[:, :, self.prefix_len :], w, self.kernel, self.pool)
-        return snapkv_scores(attn, w, self.kernel, self.pool)[:, self.prefix_len :]
+        return snapkv_scores(attn, w, self.kernel, self.pool, protected=self.prefix_len, pool_over=self.pool_over)
 
 
 class RKV(KVPolicy):
@@ -302,11 +316,10 @@ class RKV(KVPolicy):
 
     def score(self, layer, keys):
         q = self.window_queries(layer)
-        ks = keys[:, self.prefix_len :] if self.score_over == "evictable" else keys
-        k = ks.repeat_interleave(q.shape[0] // keys.shape[0], dim=0)
+        k = keys.repeat_interleave(q.shape[0] // keys.shape[0], dim=0)
         logits = group_pool((q @ k.transpose(-1, -2)).to(torch.float64) * self.scaling, self.n_kv_heads, "max")
-        s = rkv_scores(logits, ks, q.shape[1], self.kernel, self.mix_lambda, self.threshold)
-        return s if self.score_over == "evictable" else s[:, self.prefix_len :]
+        return rkv_scores(logits, keys, q.shape[1], self.kernel, self.mix_lambda, self.threshold,
+                          protected=self.prefix_len, score_over=self.score_over)
 
 
 class ActKV(KVPolicy):
