@@ -12,7 +12,7 @@ from agentpost.evidence.hashing import notebook_source_hash, sha256_file, sha256
 from agentpost.project import project_root
 
 #: What counts as "the code" of a run: the library, its assets, the kernels and the build configuration.
-CODE_PATTERNS = ("agentpost/**/*.py", "agentpost/models/assets/**/*", "kernels/**/*.py", "pyproject.toml", "setup.py")
+CODE_PATTERNS = ("agentpost/**/*.py", "agentpost/models/assets/**/*", "kernels/**/*.py", "pyproject.toml")
 
 
 @functools.lru_cache(maxsize=None)

@@ -20,7 +20,7 @@ TINY = ["-p", "train_fraction=0.05", "-p", "n_boot=200", "-p", "lambda_step=0.25
 
 
 def make_project(dest: Path) -> Path:
-    for name in ("pyproject.toml", "setup.py", "_config.yml"):
+    for name in ("pyproject.toml", "_config.yml"):
         shutil.copy(REPO / name, dest / name)
     for folder in ("book", "params", "tests"):
         shutil.copytree(REPO / folder, dest / folder, ignore=shutil.ignore_patterns("runs", "generated", "__pycache__"))
