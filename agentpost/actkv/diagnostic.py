@@ -17,7 +17,7 @@ Seeds are three disjoint samples of held-out traces (the model is the same train
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 import torch
@@ -27,6 +27,7 @@ from agentpost.actkv.engine import TraceResult, score_trace
 from agentpost.actkv.policies import make_policy
 from agentpost.actkv.regions import RoundLayout, detect_rounds, token_texts
 from agentpost.actkv.traces import build_traces, tokenize_trace
+from agentpost.stats import ArmMeta, PairedResult, compare
 
 BASELINES = ("streamingllm", "h2o", "snapkv", "rkv")
 METHODS = ("fullkv",) + BASELINES + ("actkv",)
@@ -229,14 +230,16 @@ def per_seed_values(df, method: str, ratio: float, metric: str) -> dict[int, lis
     return {int(s): g[metric].astype(float).tolist() for s, g in sub.groupby("seed")}
 
 
-def paired_vs_baselines(df, *, ratio: float, meta, metric: str = "nll_increase_nats", higher_is_better: bool = False,
-                        min_effect: float, baselines: Sequence[str] = BASELINES, method: str = "actkv") -> dict:
-    """ActKV (arm b) against each baseline (arm a) through :func:`agentpost.stats.paired.compare`."""
-    from agentpost.stats.paired import compare
-
+def paired_vs_baselines(df, *, ratio: float, arm_meta: Callable[[str], ArmMeta], metric: str = "nll_increase_nats",
+                        higher_is_better: bool = False, min_effect: float, baselines: Sequence[str] = BASELINES,
+                        method: str = "actkv") -> dict[str, PairedResult]:
+    """ActKV (arm b) against each baseline (arm a) through :func:`agentpost.stats.compare`, one result per
+    baseline; ``arm_meta(arm)`` builds each arm's own :class:`~agentpost.stats.ArmMeta`. Each seed scores its own
+    disjoint block of traces (:func:`load_heldout_traces`), so ``shared_items=False``."""
     b = per_seed_values(df, method, ratio, metric)
-    return {base: compare(per_seed_values(df, base, ratio, metric), b, meta_a=meta, meta_b=meta,
-                          higher_is_better=higher_is_better, name_a=base, name_b=method, min_effect=min_effect)
+    return {base: compare(per_seed_values(df, base, ratio, metric), b, meta_a=arm_meta(base), meta_b=arm_meta(method),
+                          higher_is_better=higher_is_better, name_a=base, name_b=method, min_effect=min_effect,
+                          shared_items=False)
             for base in baselines if base in set(df.method)}
 
 
