@@ -7,7 +7,7 @@ JOBS   ?= 2
 
 .PHONY: book test test-fast lab bench lint ledger clean-runs
 
-$(STAMP): pyproject.toml setup.py
+$(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	# Keep an installed torch (e.g. a CUDA build); otherwise take the pinned release.

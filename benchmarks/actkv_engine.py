@@ -6,9 +6,8 @@
 3. decode time per token with the compressed cache vs FullKV (ratio, same run, median of repeats).
 
 Model: the project's tool LM (``agentpost.models.lm.load_tool_lm``) when its checkpoint is present, otherwise a
-random-init model of the same architecture (reported as such). Traces: the longest of a few held-out tool traces
-(synthetic format over real StableToolBench API docs) when ``agentpost.data.tooltraces`` is available, otherwise
-a synthetic token stream of the same shape (reported as such).
+random-init model of the same architecture (reported as such). Trace: the longest of a few held-out tool traces
+(:mod:`agentpost.actkv.traces`: synthetic format over real StableToolBench API docs).
 
     .venv/bin/python benchmarks/actkv_engine.py [--ratio 0.25] [--repeats 3] [--methods fullkv,actkv] [--out r.json]
 """
@@ -21,51 +20,27 @@ import platform
 import sys
 
 import torch
+import transformers
 
-from agentpost.actkv.diagnostic import DiagTrace, decode_profile, diag_trace
+from agentpost.actkv.diagnostic import DiagTrace, decode_profile, load_heldout_traces
+from agentpost.models.lm import load_tool_lm, tool_lm_config
+from agentpost.models.tokenizer import load_tokenizer
 
 
 def _model():
     try:
-        from agentpost.models.lm import load_tool_lm
-
         model, tok = load_tool_lm()
         return model, tok, "tool-lm checkpoint"
-    except (ImportError, FileNotFoundError):
-        import transformers
-
-        from agentpost.models.tokenizer import load_tokenizer
-
-        try:
-            from agentpost.models.lm import tool_lm_config
-
-            cfg = tool_lm_config()
-        except ImportError:
-            cfg = transformers.Qwen3Config(vocab_size=4096, hidden_size=256, intermediate_size=688, num_hidden_layers=4,
-                                           num_attention_heads=8, num_key_value_heads=2, head_dim=32,
-                                           max_position_embeddings=4096, tie_word_embeddings=True)
+    except FileNotFoundError:
         torch.manual_seed(0)
-        return transformers.Qwen3ForCausalLM(cfg).eval(), load_tokenizer(), "random-init stand-in (no checkpoint)"
+        model = transformers.Qwen3ForCausalLM(tool_lm_config()).eval()
+        return model, load_tokenizer(), "random-init stand-in (no checkpoint)"
 
 
 def _trace(tok, n_candidates: int) -> tuple[DiagTrace, str]:
-    try:
-        from agentpost.actkv.diagnostic import load_heldout_traces
-
-        traces = load_heldout_traces(tok, n_per_seed=n_candidates, seeds=(0,), rounds=4, distractors=2,
-                                     max_doc_chars=300)[0]
-        return max(traces, key=len), "held-out tool trace (synthetic format over real StableToolBench API docs)"
-    except ImportError:
-        g = torch.Generator().manual_seed(0)
-        prefix = tok("<|im_start|>system\nsolve the task<|im_end|>\n", add_special_tokens=False).input_ids
-        ids, spans = list(prefix), []
-        for r in range(4):
-            start = len(ids)
-            obs = torch.randint(20, 4000, (400,), generator=g).tolist()
-            text = f"</tool_response><|im_end|>\n<|im_start|>assistant\nthink<tool_call>{{\"name\": \"f{r}\"}}</tool_call>"
-            ids += obs + tok(text, add_special_tokens=False).input_ids
-            spans.append((start, len(ids)))
-        return diag_trace("synthetic", ids, tok, len(prefix), spans), "SYNTHETIC token stream (no tooltraces module)"
+    traces = load_heldout_traces(tok, n_per_seed=n_candidates, seeds=(0,), rounds=4, distractors=2,
+                                 max_doc_chars=300)[0]
+    return max(traces, key=len), "held-out tool trace (synthetic format over real StableToolBench API docs)"
 
 
 def main(argv=None) -> dict:

@@ -17,7 +17,7 @@ Seeds are three disjoint samples of held-out traces (the model is the same train
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 import torch
@@ -26,9 +26,16 @@ from agentpost.actkv.budget import ConfidenceBudget
 from agentpost.actkv.engine import TraceResult, score_trace
 from agentpost.actkv.policies import make_policy
 from agentpost.actkv.regions import RoundLayout, detect_rounds, token_texts
+from agentpost.actkv.traces import build_traces, tokenize_trace
+from agentpost.stats import ArmMeta, PairedResult, compare
 
 BASELINES = ("streamingllm", "h2o", "snapkv", "rkv")
 METHODS = ("fullkv",) + BASELINES + ("actkv",)
+#: Extra arms of the grid: a baseline under another reading the spec names (kv-baselines.md ambiguities 1, 3).
+VARIANTS: dict[str, tuple[str, dict]] = {
+    "h2o_normalised": ("h2o", {"normalise": True}),
+    "snapkv_query_head": ("snapkv", {"head_mode": "query_head"}),
+}
 
 
 @dataclass(frozen=True)
@@ -46,16 +53,19 @@ class DiagTrace:
 
 
 def diag_trace(trace_id: str, ids: Sequence[int], tokenizer, prefix_len: int, round_spans: Sequence[tuple[int, int]],
-               *, name_mask: Sequence[bool] = (), delimiters: str = "qwen",
+               *, name_mask: Sequence[bool] = (), generated_mask: Sequence[bool] = (), delimiters: str = "qwen",
                boundary: str = "after_observation", observation_close: str = "</tool_response>") -> DiagTrace:
     """Action mask and region starts from the streaming detector on the decoded tokens; rounds from
-    ``round_spans``; compression points before each round after the first (``round_start``) or right after that
-    round's observation closes (``after_observation``, the spec's reading of a round boundary, ambiguity 11)."""
+    ``round_spans``; ``generated_mask``: the reasoning/action tokens (where Algorithm 2 records confidence; empty =
+    every token after the prefix); compression points before each round after the first (``round_start``) or
+    right after that round's observation closes (``after_observation``, the spec's reading of a round boundary,
+    ambiguity 11)."""
     if boundary not in ("round_start", "after_observation"):
         raise ValueError(f"boundary must be 'round_start' or 'after_observation', got {boundary!r}")
     texts = token_texts(ids, tokenizer)
     det = detect_rounds(texts, prefix_len, delimiters)
-    layout = RoundLayout(prefix_len, tuple(map(tuple, round_spans)), det.action_mask, det.region_starts)
+    layout = RoundLayout(prefix_len, tuple(map(tuple, round_spans)), det.action_mask, det.region_starts,
+                         tuple(bool(x) for x in generated_mask))
     points = []
     for a, b in layout.round_spans[1:]:
         p = a
@@ -73,11 +83,9 @@ def diag_trace(trace_id: str, ids: Sequence[int], tokenizer, prefix_len: int, ro
 def load_heldout_traces(tokenizer, *, split: str = "test", n_per_seed: int = 4, seeds: Sequence[int] = (42, 43, 44),
                         rounds: int = 4, distractors: int = 2, max_doc_chars: int = 300,
                         boundary: str = "after_observation") -> dict[int, list[DiagTrace]]:
-    """Disjoint blocks of held-out traces, one block per seed (``agentpost.data.tooltraces``: synthetic trace
+    """Disjoint blocks of held-out traces, one block per seed (:mod:`agentpost.actkv.traces`: synthetic trace
     format over real StableToolBench API docs). Block ``i`` of one fixed ordering (``build_traces(seed=0)``)
     goes to ``seeds[i]``."""
-    from agentpost.data.tooltraces import build_traces, tokenize_trace
-
     traces = build_traces(split, n_traces=n_per_seed * len(seeds), rounds=rounds, distractors=distractors,
                           max_doc_chars=max_doc_chars, seed=0)
     if len(traces) < n_per_seed * len(seeds):
@@ -88,7 +96,7 @@ def load_heldout_traces(tokenizer, *, split: str = "test", n_per_seed: int = 4, 
         for tr in traces[i * n_per_seed : (i + 1) * n_per_seed]:
             tt = tokenize_trace(tr, tokenizer)
             block.append(diag_trace(tr.query_id, tt.input_ids, tokenizer, tt.prefix_len, tt.round_spans,
-                                    name_mask=getattr(tt, "name_mask", ()), boundary=boundary))
+                                    name_mask=tt.name_mask, generated_mask=tt.generated_mask, boundary=boundary))
         out[seed] = block
     return out
 
@@ -101,11 +109,13 @@ def budget_for(trace: DiagTrace, ratio: float) -> int:
 
 
 def run_method(model, trace: DiagTrace, method: str, ratio: float | None, *, chunk: int = 32,
-               policy_kwargs: dict | None = None, adaptive_budget: bool = False) -> TraceResult:
-    """Score one trace with one method (``ratio=None`` only for FullKV)."""
+               policy_kwargs: dict | None = None, adaptive_budget: bool = False,
+               variant_kwargs: dict | None = None) -> TraceResult:
+    """Score one trace with one method (``ratio=None`` only for FullKV); ``policy_kwargs[method]`` then
+    ``variant_kwargs`` configure the policy."""
     budget = None if method == "fullkv" else budget_for(trace, ratio)
     rule = ConfidenceBudget(budget=budget) if adaptive_budget and budget is not None else None
-    policy = make_policy(method, **(policy_kwargs or {}).get(method, {}))
+    policy = make_policy(method, **{**(policy_kwargs or {}).get(method, {}), **(variant_kwargs or {})})
     return score_trace(model, trace.ids, trace.layout, policy, budget, chunk=chunk, budget_rule=rule,
                        compress_points=trace.compress_points)
 
@@ -154,10 +164,12 @@ def _runs(mask: np.ndarray) -> list[tuple[int, int]]:
 
 def run_grid(model, traces_by_seed: dict[int, list[DiagTrace]], *, methods: Sequence[str] = METHODS,
              ratios: Sequence[float] = (0.05, 0.1, 0.2, 0.25, 0.3), chunk: int = 32,
-             policy_kwargs: dict | None = None, adaptive_budget: bool = True, threads: int = 1):
+             policy_kwargs: dict | None = None, adaptive_budget: bool = True, threads: int = 1,
+             variants: dict[str, tuple[str, dict]] | None = None):
     """Long table (pandas) with one row per (seed, trace, method, ratio): the :func:`fidelity` metrics.
 
-    With ``adaptive_budget`` an extra arm ``actkv+budget`` runs ActKV with Algorithm 2 starting from the same B."""
+    With ``adaptive_budget`` an extra arm ``actkv+budget`` runs ActKV with Algorithm 2 starting from the same B;
+    ``variants`` (``{arm: (method, kwargs)}``, e.g. :data:`VARIANTS`) adds one arm per other reading."""
     import pandas as pd
 
     torch.set_num_threads(threads)
@@ -166,12 +178,13 @@ def run_grid(model, traces_by_seed: dict[int, list[DiagTrace]], *, methods: Sequ
         for tr in traces:
             ref = run_method(model, tr, "fullkv", None, chunk=chunk)
             for ratio in ratios:
-                arms = [(m, m, False) for m in methods if m != "fullkv"]
+                arms = [(m, m, False, None) for m in methods if m != "fullkv"]
                 if adaptive_budget and "actkv" in methods:
-                    arms.append(("actkv+budget", "actkv", True))
-                for arm, method, adaptive in arms:
+                    arms.append(("actkv+budget", "actkv", True, None))
+                arms += [(arm, m, False, kw) for arm, (m, kw) in (variants or {}).items()]
+                for arm, method, adaptive, kw in arms:
                     res = run_method(model, tr, method, ratio, chunk=chunk, policy_kwargs=policy_kwargs,
-                                     adaptive_budget=adaptive)
+                                     adaptive_budget=adaptive, variant_kwargs=kw)
                     rows.append({"seed": seed, "trace": tr.trace_id, "method": arm, "ratio": ratio,
                                  "n_tokens": len(tr), **fidelity(res, ref, tr)})
                 rows.append({"seed": seed, "trace": tr.trace_id, "method": "fullkv", "ratio": ratio,
@@ -217,14 +230,16 @@ def per_seed_values(df, method: str, ratio: float, metric: str) -> dict[int, lis
     return {int(s): g[metric].astype(float).tolist() for s, g in sub.groupby("seed")}
 
 
-def paired_vs_baselines(df, *, ratio: float, meta, metric: str = "nll_increase_nats", higher_is_better: bool = False,
-                        min_effect: float, baselines: Sequence[str] = BASELINES, method: str = "actkv") -> dict:
-    """ActKV (arm b) against each baseline (arm a) through :func:`agentpost.stats.paired.compare`."""
-    from agentpost.stats.paired import compare
-
+def paired_vs_baselines(df, *, ratio: float, arm_meta: Callable[[str], ArmMeta], metric: str = "nll_increase_nats",
+                        higher_is_better: bool = False, min_effect: float, baselines: Sequence[str] = BASELINES,
+                        method: str = "actkv") -> dict[str, PairedResult]:
+    """ActKV (arm b) against each baseline (arm a) through :func:`agentpost.stats.compare`, one result per
+    baseline; ``arm_meta(arm)`` builds each arm's own :class:`~agentpost.stats.ArmMeta`. Each seed scores its own
+    disjoint block of traces (:func:`load_heldout_traces`), so ``shared_items=False``."""
     b = per_seed_values(df, method, ratio, metric)
-    return {base: compare(per_seed_values(df, base, ratio, metric), b, meta_a=meta, meta_b=meta,
-                          higher_is_better=higher_is_better, name_a=base, name_b=method, min_effect=min_effect)
+    return {base: compare(per_seed_values(df, base, ratio, metric), b, meta_a=arm_meta(base), meta_b=arm_meta(method),
+                          higher_is_better=higher_is_better, name_a=base, name_b=method, min_effect=min_effect,
+                          shared_items=False)
             for base in baselines if base in set(df.method)}
 
 

@@ -17,8 +17,13 @@
   instead of the eager probabilities, and compaction is Algorithm 4 on the paged cache, written back into the
   DynamicCache. Algorithm 1 (``ActKV.keep_scores`` + :func:`select_top_b`) is the same code on both backends.
 - **Loops.** :func:`score_trace` feeds a given trace (teacher forcing) chunk by chunk and records each token's
-  log-probability, top-1 prediction and confidence; :func:`generate` decodes greedily token by token with the
-  streaming action-region detector. Both compress through the same :class:`CompressedSession`.
+  log-probability, top-1 prediction and, for the budget rule, the confidence of every *generated* token (reasoning
+  and action: Algorithm 2 step 1, "for every decoded token"; never the prefix or tool-returned observation text);
+  :func:`generate` decodes greedily token by token with the streaming action-region detector and records the
+  confidence of each token it decodes. Both compress through the same :class:`CompressedSession`.
+- **Per-query-head caches.** A policy with ``expand_kv_heads`` (SnapKV ``head_mode="query_head"``) gets a
+  :class:`PerQueryHeadCache`: every KV head is stored once per query head of its group, as official SnapKV does,
+  so each query head keeps its own entries (and the cache takes ``H_q / H_kv`` times the memory per entry).
 """
 
 from __future__ import annotations
@@ -98,6 +103,21 @@ def rerotate(model, keys: torch.Tensor, delta: torch.Tensor) -> torch.Tensor:
     return keys * cos + _rotate_half(keys) * sin
 
 
+def per_query_head_cache(config):
+    """A DynamicCache that stores each KV head once per query head of its GQA group (``repeat_kv`` before the
+    cache update, as official SnapKV); the recording attention then sees one KV head per query head."""
+    from transformers import DynamicCache
+
+    n_rep = config.num_attention_heads // config.num_key_value_heads
+
+    class PerQueryHeadCache(DynamicCache):
+        def update(self, key_states, value_states, layer_idx, *args, **kwargs):
+            return super().update(key_states.repeat_interleave(n_rep, dim=1),
+                                  value_states.repeat_interleave(n_rep, dim=1), layer_idx, *args, **kwargs)
+
+    return PerQueryHeadCache(config=config)
+
+
 def compact_cache(cache, keep: Sequence[torch.Tensor], prefix_len: int) -> None:
     """Keep, on every layer ``l``, the prefix and the evictable entries ``keep[l]`` (``(H_kv, n)`` indices into the
     evictable part, ascending), replacing ``cache.layers[l].keys/.values`` (dense reference of Algorithm 4)."""
@@ -155,8 +175,14 @@ class CompressedSession:
         if budget_rule is not None:
             budget_rule.budget = budget
         self.n_layers = cfg.num_hidden_layers
-        self.n_kv = cfg.num_key_value_heads
-        self.cache = DynamicCache(config=cfg)
+        if policy.expand_kv_heads:
+            if kv_backend == "paged":
+                raise ValueError(f"policy {policy.name!r} stores a per-query-head cache; use kv_backend='dense'")
+            self.n_kv = cfg.num_attention_heads
+            self.cache = per_query_head_cache(cfg)
+        else:
+            self.n_kv = cfg.num_key_value_heads
+            self.cache = DynamicCache(config=cfg)
         self.policy.reset(self.n_layers, self.n_kv, prefix_len)
         self.n_seen = 0  # tokens of the full trace fed so far
         # position (as rotated into the key) of each cache entry, per layer: (H_kv, N)
@@ -187,8 +213,8 @@ class CompressedSession:
         return sink
 
     @torch.no_grad()
-    def feed(self, ids: torch.Tensor, action_rows: torch.Tensor | None = None, region_open: bool = False,
-             targets: torch.Tensor | None = None) -> torch.Tensor:
+    def feed(self, ids: torch.Tensor, action_rows: torch.Tensor | None = None, region_open: bool = False
+             ) -> torch.Tensor:
         """Run ``ids`` (1-D) through the model on the cache; returns logits ``(len, V)``."""
         q = ids.numel()
         action_rows = torch.zeros(q, dtype=torch.bool) if action_rows is None else action_rows
@@ -210,14 +236,17 @@ class CompressedSession:
         self.stats.add(self.stats.overhead_s, r, self._observe_s)
         self.stats.add(self.stats.tokens, r, q)
         self.stats.peak_entries[r] = max(self.stats.peak_entries.get(r, 0), self.cache_len)
-        logits = out.logits[0].float()
-        if self.budget_rule is not None and self.n_seen > self.prefix_len:
-            lo = max(0, self.prefix_len - (self.n_seen - q))  # confidence of non-prefix positions only
-            hi = q if targets is None else min(q, targets.numel())  # the last position may have no target
-            conf = confidence_from_logits(logits[lo:hi], None if targets is None else targets[lo:hi],
-                                          k=self.confidence_k, form=self.confidence_form)
-            self.confidence = conf if self.confidence is None else self.confidence.concat(conf)
-        return logits
+        return out.logits[0].float()
+
+    def record_confidence(self, logits: torch.Tensor, tokens: torch.Tensor) -> np.ndarray:
+        """Algorithm 2 step 1 for decoded ``tokens`` ``(m,)``, each predicted by the row of ``logits`` ``(m, V)``
+        that produced it; appended to the confidence the budget rule reads. Returns the values (empty without a
+        budget rule: nothing else reads them)."""
+        if self.budget_rule is None or tokens.numel() == 0:
+            return np.zeros(0)
+        conf = confidence_from_logits(logits, tokens, k=self.confidence_k, form=self.confidence_form)
+        self.confidence = conf if self.confidence is None else self.confidence.concat(conf)
+        return conf.values
 
     def should_compress_mid_round(self, mean_round_len: float) -> bool:
         """Baselines' trigger: the evictable part exceeds ``B + L_bar`` (kv-baselines.md section 6)."""
@@ -282,6 +311,7 @@ class TraceResult:
     stats: SessionStats
     policy: str
     budget: int | None
+    confidence: np.ndarray  # index t: the budget rule's confidence of generated token t; NaN where none recorded
 
     @property
     def action_nll(self) -> np.ndarray:
@@ -320,7 +350,8 @@ def score_trace(model, input_ids: Sequence[int], layout: RoundLayout, policy: KV
     region starts so the accumulator resets at the right token). Round-boundary policies compress before the
     first token of every round after the first (or at ``compress_points``, e.g. right after each round's
     observation); overflow policies compress after any chunk that leaves more than
-    ``B + L_bar`` evictable entries.
+    ``B + L_bar`` evictable entries. With a ``budget_rule``, confidence is recorded for the tokens of
+    ``layout.generated_mask`` (reasoning and action tokens; observations and the prefix are not decoded).
     """
     ids = torch.as_tensor(list(input_ids), dtype=torch.long)
     n = ids.numel()
@@ -337,26 +368,32 @@ def score_trace(model, input_ids: Sequence[int], layout: RoundLayout, policy: KV
     if not all(layout.prefix_len < p < n for p in points):
         raise ValueError(f"compression points must lie inside the rounds ({layout.prefix_len}, {n}): {sorted(points)}")
     region_starts = set(layout.region_starts)
+    generated = torch.tensor(layout.generated)
+    confidence = np.full(n, np.nan)
 
     def record(logits: torch.Tensor, first: int) -> None:
         # logits[j] predicts token first + j + 1
-        tgt = ids[first + 1 : first + 1 + logits.shape[0]]
+        lo, hi = first + 1, min(n, first + 1 + logits.shape[0])
+        tgt = ids[lo:hi]
         lp = torch.log_softmax(logits[: tgt.numel()].double(), dim=-1)
-        logprob[first + 1 : first + 1 + tgt.numel()] = lp.gather(-1, tgt.view(-1, 1)).squeeze(-1).numpy()
-        top1[first + 1 : first + 1 + tgt.numel()] = lp.argmax(-1).numpy()
+        logprob[lo:hi] = lp.gather(-1, tgt.view(-1, 1)).squeeze(-1).numpy()
+        top1[lo:hi] = lp.argmax(-1).numpy()
+        dec = generated[lo:hi].nonzero(as_tuple=True)[0]
+        confidence[lo + dec.numpy()] = sess.record_confidence(logits[dec], tgt[dec]) if sess.budget_rule else np.nan
 
     pre = layout.prefix_len
-    record(sess.feed(ids[:pre], targets=ids[1 : pre + 1]), 0)
+    record(sess.feed(ids[:pre]), 0)
     sess.round = 0
     for a, b in _segments(layout, n, chunk, points):
         if a in points:
             sess.round += 1
             if policy.compress_at == "round_boundary":
                 sess.compress()
-        record(sess.feed(ids[a:b], amask[a:b], a in region_starts, targets=ids[a + 1 : b + 1]), a)
+        record(sess.feed(ids[a:b], amask[a:b], a in region_starts), a)
         if sess.should_compress_mid_round(layout.mean_round_len):
             sess.compress()
-    return TraceResult(logprob, top1, np.array(layout.action_mask), ids.numpy(), sess.stats, policy.name, budget)
+    return TraceResult(logprob, top1, np.array(layout.action_mask), ids.numpy(), sess.stats, policy.name, budget,
+                       confidence)
 
 
 @torch.no_grad()
@@ -382,6 +419,7 @@ def generate(model, tokenizer, prompt_ids: Sequence[int], prefix_len: int, polic
     eos = getattr(tokenizer, "eos_token_id", None)
     while len(out) < max_new_tokens:
         nxt = int(logits[-1].argmax())
+        sess.record_confidence(logits[-1:], torch.tensor([nxt]))  # the decoded token; never the observations
         ev = det.push(tokenizer.decode([nxt], skip_special_tokens=False))
         out.append(nxt)
         logits = sess.feed(torch.tensor([nxt]), torch.tensor([ev.in_action]), ev.opened)

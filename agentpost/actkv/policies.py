@@ -8,6 +8,13 @@ to compress (``compress_at``), calls :meth:`KVPolicy.score` once per layer, keep
 which entries survived (:meth:`KVPolicy.on_compact`).
 
 Scores are ``(G, N)`` with ``G = 1`` (one keep set shared by all KV heads) or ``G = n_kv_heads`` (per KV head).
+A policy with ``expand_kv_heads`` (SnapKV ``head_mode="query_head"``) has the engine store the cache expanded to
+one copy per query head, as the official SnapKV does, so ``n_kv_heads`` is then the number of query heads.
+
+Once a prefix is protected, the published baselines see the whole sequence: StreamingLLM's sinks are the first
+tokens of the *sequence* (inside the prefix, so no evictable entry is a sink), R-KV's softmax and redundancy run
+over the whole cache and SnapKV's pooling over the whole sequence; each policy keeps the reading that restricts
+them to the evictable entries selectable (``sinks``, ``score_over``, ``pool_over`` = ``"evictable"``).
 The pure score functions (``*_scores``) carry the formulas of kv-baselines.md and are unit-tested on hand-built
 attention matrices. Policy state (accumulators, keep scores) lives on the CPU in float64; attention arrives on
 the model's device and is reduced there before it is copied.
@@ -28,30 +35,43 @@ COMPRESS_AT = ("never", "round_boundary", "overflow")
 
 # ---------------------------------------------------------------------------------------------- pure scores
 def streaming_scores(n: int, n_sink: int = 4) -> torch.Tensor:
-    """StreamingLLM: sinks (first ``n_sink`` entries) forced, then recency (kvpress ``StreamingLLMPress``)."""
+    """StreamingLLM over ``n`` entries: the first ``n_sink`` forced, then recency (kvpress ``StreamingLLMPress``)."""
     s = torch.arange(n, dtype=torch.float64)
     s[: min(n_sink, n)] = math.inf
     return s.unsqueeze(0)
 
 
-def h2o_scores(hh: torch.Tensor, recent: int) -> torch.Tensor:
+def h2o_scores(hh: torch.Tensor, recent: int, seen: torch.Tensor | None = None) -> torch.Tensor:
     """H2O: accumulated attention ``hh`` ``(G, N)`` with the last ``recent`` entries forced (heavy hitters +
-    recent window, FMInference/H2O ``utils_real_drop/modify_llama.py``)."""
+    recent window, FMInference/H2O ``utils_real_drop/modify_llama.py``).
+
+    ``seen`` ``(G, N)``: the number of queries that attended to each entry; given, the score is ``hh / seen``
+    (kv-baselines.md ambiguity 3, ``h2o_normalise``: kvpress ``ObservedAttentionPress``,
+    :math:`s_i = \\frac{1}{T-i}\\sum_{t\\ge i} A_{t,i}` for a prefill of ``T`` queries)."""
     s = hh.to(torch.float64).clone()
+    if seen is not None:
+        s = s / seen.to(torch.float64).clamp_min(1.0)
     if recent > 0:
         s[:, -recent:] = math.inf
     return s
 
 
-def snapkv_scores(window_attn: torch.Tensor, window: int, kernel: int = 5, pool: str = "avg") -> torch.Tensor:
+def snapkv_scores(window_attn: torch.Tensor, window: int, kernel: int = 5, pool: str = "avg", *,
+                  protected: int = 0, pool_over: str = "sequence") -> torch.Tensor:
     """SnapKV (FasterDecoding/SnapKV ``snapkv_utils.py``; kvpress ``SnapKVPress``).
 
     ``window_attn``: ``(G, w, T)`` attention of the last ``w`` queries over ``T`` entries (the window being the
     last ``w`` entries). Mean over window queries, then ``avg``/``max`` pooling with stride 1 and padding
     ``kernel // 2`` (zeros counted in the average, as ``avg_pool1d``'s default); window entries forced.
+    Returns the scores of entries ``protected..T-1``: pooled over the whole sequence (``pool_over="sequence"``,
+    published) or over those entries only (``"evictable"``, zero padding at the prefix boundary).
     """
     if pool not in ("avg", "max"):
         raise ValueError(f"SnapKV pool must be 'avg' or 'max', got {pool!r}")
+    if pool_over not in ("sequence", "evictable"):
+        raise ValueError(f"SnapKV pool_over must be 'sequence' or 'evictable', got {pool_over!r}")
+    if pool_over == "evictable":
+        window_attn = window_attn[:, :, protected:]
     g, w, t = window_attn.shape
     if w != window:
         raise ValueError(f"window attention has {w} rows, window is {window}")
@@ -63,7 +83,8 @@ def snapkv_scores(window_attn: torch.Tensor, window: int, kernel: int = 5, pool:
         s = F.avg_pool1d(v, kernel, stride=1, padding=pad, count_include_pad=True).squeeze(1)
     else:
         s = F.max_pool1d(v, kernel, stride=1, padding=pad).squeeze(1)
-    return torch.cat([s[:, : t - window], torch.full((g, window), math.inf, dtype=torch.float64, device=s.device)], dim=1)
+    s = torch.cat([s[:, : t - window], torch.full((g, window), math.inf, dtype=torch.float64, device=s.device)], dim=1)
+    return s if pool_over == "evictable" else s[:, protected:]
 
 
 def rkv_redundancy(keys: torch.Tensor, threshold: float = 0.5) -> torch.Tensor:
@@ -86,13 +107,20 @@ def rkv_redundancy(keys: torch.Tensor, threshold: float = 0.5) -> torch.Tensor:
 
 
 def rkv_scores(window_logits: torch.Tensor, keys: torch.Tensor, window: int, kernel: int = 7,
-               mix_lambda: float = 0.07, threshold: float = 0.5) -> torch.Tensor:
+               mix_lambda: float = 0.07, threshold: float = 0.5, *, protected: int = 0,
+               score_over: str = "cache") -> torch.Tensor:
     """R-KV (``rkv/compression/r1_kv.py::R1KV._compute_scores``): :math:`\\lambda\\,\\mathrm{attn}-(1-\\lambda)\\,\\mathrm{red}`.
 
     ``window_logits``: ``(G, w, N)`` pre-softmax scores of the last ``w`` queries, already max-pooled over each
     GQA group; softmax over the non-window entries, mean over queries, max-pool (kernel, stride 1, padding
     kernel // 2); redundancy over all ``N`` keys ``(G, N, d)`` sliced to the non-window part; window forced.
+    Returns the scores of entries ``protected..N-1``, computed over the whole cache (``score_over="cache"``,
+    published) or over those entries only (``"evictable"``: softmax and redundancy ignore the prefix).
     """
+    if score_over not in ("cache", "evictable"):
+        raise ValueError(f"R-KV score_over must be 'cache' or 'evictable', got {score_over!r}")
+    if score_over == "evictable":
+        window_logits, keys = window_logits[:, :, protected:], keys[:, protected:]
     g, w, n = window_logits.shape
     if w != window:
         raise ValueError(f"window logits have {w} rows, window is {window}")
@@ -102,7 +130,8 @@ def rkv_scores(window_logits: torch.Tensor, keys: torch.Tensor, window: int, ker
     attn = attn.squeeze(1)[:, : n - window]
     red = rkv_redundancy(keys, threshold)[:, : n - window]
     s = mix_lambda * attn - (1 - mix_lambda) * red
-    return torch.cat([s, torch.full((g, window), math.inf, dtype=torch.float64, device=s.device)], dim=1)
+    s = torch.cat([s, torch.full((g, window), math.inf, dtype=torch.float64, device=s.device)], dim=1)
+    return s if score_over == "evictable" else s[:, protected:]
 
 
 def group_pool(x: torch.Tensor, n_kv_heads: int, how: str) -> torch.Tensor:
@@ -127,6 +156,8 @@ class KVPolicy:
     rerotate_keys: bool = False
     #: the budget B in force; the engine sets it before every compression (H2O sizes its recent window from it)
     budget: int = 0
+    #: store the cache with one copy of every KV head per query head (per-query-head selection)
+    expand_kv_heads: bool = False
 
     def reset(self, n_layers: int, n_kv_heads: int, prefix_len: int) -> None:
         self.n_layers, self.n_kv_heads, self.prefix_len = n_layers, n_kv_heads, prefix_len
@@ -167,61 +198,92 @@ class FullKV(KVPolicy):
 
 
 class StreamingLLM(KVPolicy):
-    """Attention sinks + recent window (mit-han-lab/streaming-llm ``StartRecentKVCache``)."""
+    """Attention sinks + recent window (mit-han-lab/streaming-llm ``StartRecentKVCache``).
+
+    ``sinks="sequence"`` (published): the sinks are the first ``n_sink`` tokens of the sequence, so a protected
+    prefix of at least ``n_sink`` tokens already holds them and the evictable part is a pure recent window;
+    ``"evictable"``: the first ``n_sink`` *evictable* entries are sinks as well."""
 
     name = "streamingllm"
 
-    def __init__(self, n_sink: int = 4, rerotate_keys: bool = False) -> None:
-        self.n_sink = n_sink
+    def __init__(self, n_sink: int = 4, rerotate_keys: bool = False, sinks: str = "sequence") -> None:
+        if sinks not in ("sequence", "evictable"):
+            raise ValueError(f"StreamingLLM sinks must be 'sequence' or 'evictable', got {sinks!r}")
+        self.n_sink, self.sinks = n_sink, sinks
         self.rerotate_keys = rerotate_keys
 
     def score(self, layer, keys):
-        return streaming_scores(keys.shape[1] - self.prefix_len, self.n_sink)
+        n_sink = self.n_sink if self.sinks == "evictable" else max(0, self.n_sink - self.prefix_len)
+        return streaming_scores(keys.shape[1] - self.prefix_len, n_sink)
 
 
 class H2O(KVPolicy):
-    """Heavy hitters (accumulated attention of every query since the entry arrived) + recent window."""
+    """Heavy hitters (accumulated attention of every query since the entry arrived) + recent window.
+
+    ``normalise`` (``h2o_normalise``): divide each entry's accumulated attention by the number of queries that
+    saw it (kvpress ``ObservedAttentionPress``); the default raw sum is the official decoding-time H2O."""
 
     name = "h2o"
 
-    def __init__(self, recent_fraction: float = 0.5, group: str = "mean") -> None:
+    def __init__(self, recent_fraction: float = 0.5, group: str = "mean", normalise: bool = False) -> None:
         if not 0.0 <= recent_fraction <= 1.0:
             raise ValueError(f"recent_fraction must be in [0, 1], got {recent_fraction}")
         self.recent_fraction = recent_fraction
         self.group = group
+        self.normalise = normalise
 
     def reset(self, n_layers, n_kv_heads, prefix_len):
         super().reset(n_layers, n_kv_heads, prefix_len)
         self._hh = [torch.zeros(n_kv_heads, 0, dtype=torch.float64) for _ in range(n_layers)]
+        self._seen = [torch.zeros(n_kv_heads, 0, dtype=torch.float64) for _ in range(n_layers)]
+
+    @staticmethod
+    def _grow_add(acc: torch.Tensor, col: torch.Tensor) -> torch.Tensor:
+        if col.shape[1] > acc.shape[1]:
+            acc = torch.cat([acc, torch.zeros(acc.shape[0], col.shape[1] - acc.shape[1], dtype=acc.dtype)], dim=1)
+        acc[:, : col.shape[1]] += col
+        return acc
 
     def observe(self, layer, attn, queries, action_rows, region_open, scaling):
         super().observe(layer, attn, queries, action_rows, region_open, scaling)
         col = group_pool(attn[:, :, self.prefix_len :].sum(dim=1).to(torch.float64), self.n_kv_heads, self.group).cpu()
-        hh = self._hh[layer]
-        if col.shape[1] > hh.shape[1]:
-            hh = torch.cat([hh, torch.zeros(hh.shape[0], col.shape[1] - hh.shape[1], dtype=hh.dtype)], dim=1)
-        hh[:, : col.shape[1]] += col
-        self._hh[layer] = hh
+        self._hh[layer] = self._grow_add(self._hh[layer], col)
+        # the chunk's q queries sit at the last q cache positions; entry i (of N) is seen by min(q, N - i) of them
+        q, n = attn.shape[1], attn.shape[2]
+        seen = torch.arange(n, 0, -1, dtype=torch.float64).clamp_max(q)[self.prefix_len :]
+        self._seen[layer] = self._grow_add(self._seen[layer], seen.expand(self.n_kv_heads, -1))
 
     def score(self, layer, keys):
         n = keys.shape[1] - self.prefix_len
         recent = int(round(self.recent_fraction * self.budget))
-        return h2o_scores(self._hh[layer][:, :n], recent)
+        return h2o_scores(self._hh[layer][:, :n], recent, self._seen[layer][:, :n] if self.normalise else None)
 
     def on_compact(self, layer, keep):
         self._hh[layer] = torch.gather(self._hh[layer], 1, keep)
+        self._seen[layer] = torch.gather(self._seen[layer], 1, keep)
 
 
 class SnapKV(KVPolicy):
-    """Observation window of the last ``window`` queries, pooled attention, window kept."""
+    """Observation window of the last ``window`` queries, pooled attention, window kept.
+
+    ``head_mode`` (kv-baselines.md ambiguity 1): ``kv_group_mean`` / ``kv_group_max`` pool the window attention
+    over each GQA group and select per KV head (kvpress); ``query_head`` selects per query head on a cache stored
+    expanded per query head (official SnapKV, which moves ``repeat_kv`` before the cache update).
+    ``pool_over``: ``sequence`` (published) pools over the whole sequence, prefix included, and then takes the
+    evictable part; ``evictable`` pools over the evictable entries only (zero padding at the prefix boundary)."""
 
     name = "snapkv"
+    HEAD_MODES = ("kv_group_mean", "kv_group_max", "query_head")
 
-    def __init__(self, window: int = 64, kernel: int = 5, pool: str = "avg", head_mode: str = "kv_group_mean") -> None:
-        if head_mode not in ("kv_group_mean", "kv_group_max"):
-            raise ValueError(f"snap head_mode must be kv_group_mean or kv_group_max, got {head_mode!r}")
-        self.window, self.kernel, self.pool, self.head_mode = window, kernel, pool, head_mode
+    def __init__(self, window: int = 64, kernel: int = 5, pool: str = "avg", head_mode: str = "kv_group_mean",
+                 pool_over: str = "sequence") -> None:
+        if head_mode not in self.HEAD_MODES:
+            raise ValueError(f"snap head_mode must be one of {self.HEAD_MODES}, got {head_mode!r}")
+        if pool_over not in ("sequence", "evictable"):
+            raise ValueError(f"SnapKV pool_over must be 'sequence' or 'evictable', got {pool_over!r}")
+        self.window, self.kernel, self.pool, self.head_mode, self.pool_over = window, kernel, pool, head_mode, pool_over
         self.query_window = window
+        self.expand_kv_heads = head_mode == "query_head"
 
     def score(self, layer, keys):
         q = self.window_queries(layer)  # (H_q, w', d), w' <= window
@@ -231,25 +293,33 @@ class SnapKV(KVPolicy):
         logits = (q @ k.transpose(-1, -2)).to(torch.float64) * self.scaling  # (H_q, w, N)
         qpos = torch.arange(n - w, n, device=logits.device).view(w, 1)
         logits = logits.masked_fill(torch.arange(n, device=logits.device).view(1, n) > qpos, -math.inf)  # causal inside the window
-        attn = group_pool(torch.softmax(logits, dim=-1), self.n_kv_heads, self.head_mode.removeprefix("kv_group_"))
-        return snapkv_scores(attn[:, :, self.prefix_len :], w, self.kernel, self.pool)
+        how = "mean" if self.head_mode == "query_head" else self.head_mode.removeprefix("kv_group_")
+        attn = group_pool(torch.softmax(logits, dim=-1), self.n_kv_heads, how)  # query_head: groups of one
+        return snapkv_scores(attn, w, self.kernel, self.pool, protected=self.prefix_len, pool_over=self.pool_over)
 
 
 class RKV(KVPolicy):
-    """Attention importance minus key redundancy, lambda = 0.07, window of recent queries kept."""
+    """Attention importance minus key redundancy, lambda = 0.07, window of recent queries kept.
+
+    ``score_over``: ``cache`` (published) takes the softmax, the pooling and the redundancy over the whole cache,
+    prefix included, then the evictable part; ``evictable`` computes them over the evictable keys only."""
 
     name = "rkv"
 
-    def __init__(self, window: int = 8, kernel: int = 7, mix_lambda: float = 0.07, threshold: float = 0.5) -> None:
+    def __init__(self, window: int = 8, kernel: int = 7, mix_lambda: float = 0.07, threshold: float = 0.5,
+                 score_over: str = "cache") -> None:
+        if score_over not in ("cache", "evictable"):
+            raise ValueError(f"R-KV score_over must be 'cache' or 'evictable', got {score_over!r}")
         self.window, self.kernel, self.mix_lambda, self.threshold = window, kernel, mix_lambda, threshold
+        self.score_over = score_over
         self.query_window = window
 
     def score(self, layer, keys):
         q = self.window_queries(layer)
-        ev = keys[:, self.prefix_len :]
-        k = ev.repeat_interleave(q.shape[0] // keys.shape[0], dim=0)
+        k = keys.repeat_interleave(q.shape[0] // keys.shape[0], dim=0)
         logits = group_pool((q @ k.transpose(-1, -2)).to(torch.float64) * self.scaling, self.n_kv_heads, "max")
-        return rkv_scores(logits, ev, q.shape[1], self.kernel, self.mix_lambda, self.threshold)
+        return rkv_scores(logits, keys, q.shape[1], self.kernel, self.mix_lambda, self.threshold,
+                          protected=self.prefix_len, score_over=self.score_over)
 
 
 class ActKV(KVPolicy):

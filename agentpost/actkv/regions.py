@@ -102,9 +102,19 @@ class RoundLayout:
     round_spans: tuple[tuple[int, int], ...]  # [start, end) per round, covering prefix_len..len
     action_mask: tuple[bool, ...]
     region_starts: tuple[int, ...]  # token indices where an action region opens
+    #: True on the tokens the model generates (reasoning and actions); empty = every token after the prefix.
+    #: Observations (tool-returned text) are not generated: Algorithm 2 records no confidence on them.
+    generated_mask: tuple[bool, ...] = ()
 
     def __post_init__(self) -> None:
         n = len(self.action_mask)
+        if self.generated_mask:
+            if len(self.generated_mask) != n:
+                raise ValueError(f"generated_mask covers {len(self.generated_mask)} tokens, action_mask {n}")
+            if any(self.generated_mask[: self.prefix_len]):
+                raise ValueError("the protected prefix is not generated: generated_mask must be False on it")
+            if any(a and not g for a, g in zip(self.action_mask, self.generated_mask)):
+                raise ValueError("every action token is generated: generated_mask must cover action_mask")
         if not 0 <= self.prefix_len <= n:
             raise ValueError(f"prefix_len {self.prefix_len} outside [0, {n}]")
         pos = self.prefix_len
@@ -116,6 +126,14 @@ class RoundLayout:
             raise ValueError(f"round spans end at {pos}, sequence has {n} tokens")
         if any(self.action_mask[: self.prefix_len]):
             raise ValueError("the protected prefix must not contain action tokens")
+
+    @property
+    def generated(self) -> tuple[bool, ...]:
+        """The generated-token mask (``generated_mask``, or every token after the prefix when it is empty)."""
+        if self.generated_mask:
+            return self.generated_mask
+        n = len(self.action_mask)
+        return (False,) * self.prefix_len + (True,) * (n - self.prefix_len)
 
     @property
     def mean_round_len(self) -> float:

@@ -19,13 +19,29 @@ GROUPS = ("G1_category", "G1_instruction", "G1_tool", "G2_category", "G2_instruc
 
 
 @dataclass(frozen=True)
+class Param:
+    """One documented API parameter; ``default`` is kept as its JSON text (defaults are numbers, strings, lists)."""
+
+    name: str
+    type: str
+    description: str
+    default: str
+
+
+@dataclass(frozen=True)
 class Api:
     category: str
     tool: str
     api: str
     description: str
     method: str
-    parameters: tuple[str, ...]
+    required: tuple[Param, ...] = ()
+    optional: tuple[Param, ...] = ()
+
+    @property
+    def parameters(self) -> tuple[str, ...]:
+        """Parameter names, required first."""
+        return tuple(p.name for p in self.required + self.optional)
 
     @property
     def name(self) -> str:
@@ -65,9 +81,10 @@ def load_apis() -> tuple[Api, ...]:
         for n, line in enumerate(f, 1):
             r = json.loads(line)
             try:
-                params = tuple(p["name"] for p in r["required_parameters"] + r["optional_parameters"])
+                req, opt = (tuple(Param(p["name"], p["type"], p["description"], json.dumps(p["default"]))
+                                  for p in r[k]) for k in ("required_parameters", "optional_parameters"))
                 out.append(Api(r["category_name"], r["tool_name"], r["api_name"], r["api_description"] or "",
-                               r["method"], params))
+                               r["method"], req, opt))
             except KeyError as e:
                 raise ValueError(f"apis.jsonl line {n}: missing field {e}") from None
     names = [a.name for a in out]
@@ -93,6 +110,21 @@ def load_queries() -> tuple[Query, ...]:
             out.append(Query(r["group"], int(r["query_id"]), r["query"], targets,
                              tuple(_name(t) for t in r["candidate_apis"])))
     return tuple(out)
+
+
+def api_index() -> dict[str, Api]:
+    """Every API by its ``category.tool.api`` name."""
+    return {a.name: a for a in load_apis()}
+
+
+def split_by_held_out_groups(queries, split_groups: dict[str, tuple[str, ...]]) -> dict[str, tuple[Query, ...]]:
+    """Whole StableToolBench groups per split (``{"train": (...groups), "validation": ..., "test": ...}``), in
+    file order: no query of a held-out group is seen in training. ``split_by_group`` cuts *within* groups."""
+    named = [g for gs in split_groups.values() for g in gs]
+    unknown = sorted(set(named) - set(GROUPS))
+    if unknown or len(set(named)) != len(named):
+        raise ValueError(f"split groups must be distinct StableToolBench groups {GROUPS}; got {split_groups}")
+    return {split: tuple(q for q in queries if q.group in groups) for split, groups in split_groups.items()}
 
 
 def split_by_group(queries, fractions: tuple[float, float, float] = (0.6, 0.2, 0.2), salt: str = "ts-split-v1"):

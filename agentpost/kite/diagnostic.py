@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from agentpost.kite.train import ARMS, TrainSpec, article_chunks, per_article_nll, token_stream, train_arm
-from agentpost.stats.paired import ArmMeta, PairedResult, Split, compare, select_on_validation
+from agentpost.stats import ArmMeta, PairedResult, Split, compare, select_on_validation
 
 
 @dataclass
@@ -63,9 +63,20 @@ def run_diagnostic(*, seeds: list[int], lr_grid: list[float], spec: TrainSpec, m
     return DiagnosticResult(selected, val_scores, test_nll, runs)
 
 
-def paired(result: DiagnosticResult, baseline: str, method: str = "sst", *, spec: TrainSpec,
-           data_version: str, min_effect: float) -> PairedResult:
-    """``method - baseline`` per-article test NLL through the paired protocol (lower is better)."""
-    meta = ArmMeta(checkpoint="from scratch", data_version=data_version, updates=spec.updates, max_new_tokens=None)
-    return compare(result.test_nll[baseline], result.test_nll[method], meta_a=meta, meta_b=meta,
-                   higher_is_better=False, name_a=baseline, name_b=method, min_effect=min_effect)
+def arm_meta(result: DiagnosticResult, arm: str, *, data_version: str) -> ArmMeta:
+    """The :class:`~agentpost.stats.ArmMeta` of one arm, from that arm's own training runs at its selected rate
+    (every arm trains from scratch; ``updates`` is what its runs did, the same for all its seeds)."""
+    updates = {r["updates"] for r in result.runs if r["arm"] == arm and r["lr"] == result.selected_lr[arm]}
+    if len(updates) != 1:
+        raise ValueError(f"arm {arm!r}: its runs at the selected rate report update counts {sorted(updates)}")
+    return ArmMeta(checkpoint="from scratch", data_version=data_version, updates=updates.pop(), max_new_tokens=None)
+
+
+def paired(result: DiagnosticResult, baseline: str, method: str = "sst", *, data_version: str,
+           min_effect: float) -> PairedResult:
+    """``method - baseline`` per-article test NLL through the paired protocol (lower is better). Every seed scores
+    the same test articles, so the items are crossed with the seeds (``shared_items=True``)."""
+    return compare(result.test_nll[baseline], result.test_nll[method],
+                   meta_a=arm_meta(result, baseline, data_version=data_version),
+                   meta_b=arm_meta(result, method, data_version=data_version),
+                   higher_is_better=False, name_a=baseline, name_b=method, min_effect=min_effect, shared_items=True)

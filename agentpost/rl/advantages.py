@@ -95,9 +95,13 @@ def group_advantage(
 
 
 @register_advantage("grpo_no_std")
-def dr_grpo_advantage(rewards, group_ids) -> torch.Tensor:
-    """Mean-centred only: A_i = r_i - mean_g r (Dr.GRPO; verl ``norm_adv_by_std_in_grpo=False``)."""
-    return group_advantage(rewards, group_ids, scale="none", singleton="zero")
+def dr_grpo_advantage(rewards, group_ids, *, singleton: str = "zero_mean_unit_std") -> torch.Tensor:
+    """Mean-centred only: A_i = r_i - mean_g r (Dr.GRPO; verl ``norm_adv_by_std_in_grpo=False``).
+
+    A one-rollout group follows verl ``verl/trainer/ppo/core_algos.py::compute_grpo_outcome_advantage``
+    (mean 0, std 1 for a group of one, so A = r); ``singleton="zero"`` gives it advantage 0 instead.
+    """
+    return group_advantage(rewards, group_ids, scale="none", singleton=singleton)
 
 
 @register_advantage("rloo")

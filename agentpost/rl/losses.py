@@ -32,6 +32,12 @@ def _check_same(name: str, x: torch.Tensor, ref: torch.Tensor) -> None:
         raise ValueError(f"{name} has shape {tuple(x.shape)}, expected {tuple(ref.shape)}")
 
 
+def masked(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """``x`` where ``mask`` is set, exactly 0 elsewhere: a masked position contributes nothing, not even a NaN or
+    an infinity (``x * mask`` would turn ``inf * 0`` into NaN), to the value or to the gradient."""
+    return torch.where(mask.bool(), x, torch.zeros((), dtype=x.dtype, device=x.device))
+
+
 def masked_group_mean(x: torch.Tensor, mask: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
     """Mean of ``x`` over the masked positions sharing each (row, id) pair, broadcast back to those positions."""
     out = torch.zeros_like(x)
@@ -70,7 +76,8 @@ def policy_objective(
     if dual_clip_c is not None and dual_clip_c <= 1.0:
         raise ValueError(f"dual_clip_c must be > 1, got {dual_clip_c}")
     m = mask.to(logp.dtype)
-    log_ratio = torch.clamp(torch.where(mask.bool(), logp - logp_old, torch.zeros_like(logp)), -logratio_clamp,
+    adv = masked(adv, mask)
+    log_ratio = torch.clamp(masked(masked(logp, mask) - masked(logp_old, mask), mask), -logratio_clamp,
                             logratio_clamp)
     if ratio_level == "sequence":
         log_ratio = (log_ratio * m).sum(-1, keepdim=True) / m.sum(-1, keepdim=True).clamp_min(1.0) * m
@@ -84,7 +91,14 @@ def policy_objective(
     obj = torch.minimum(unclipped, clipped)
     if dual_clip_c is not None:
         obj = torch.where(adv < 0, torch.maximum(obj, dual_clip_c * adv), obj)
-    return obj * m
+    return masked(obj, mask)
+
+
+#: verl ``core_algos.py::kl_penalty`` mode ``low_var_kl``: k3 with the inner exponent clamped to +-20 and the
+#: result clamped to +-10 (rl-primitives.md, "KL" row for verl).
+LOW_VAR_KL_EXP_CLAMP = 20.0
+LOW_VAR_KL_CLAMP = 10.0
+KL_KINDS = ("k1", "k2", "k3", "low_var_kl")
 
 
 def kl_estimate(
@@ -96,20 +110,28 @@ def kl_estimate(
     clamp: float | None = None,
 ) -> torch.Tensor:
     """Per-token KL(pi_theta || pi_ref) estimate from sampled tokens, delta = logp - logp_ref (Schulman):
-    k1 = delta, k2 = delta^2 / 2, k3 = exp(-delta) + delta - 1 (>= 0). ``straight_through_k2``: forward value of
-    ``kind``, gradient of k2 (verl ``k3+``). ``clamp``: clip the result to [-clamp, clamp] (verl uses 10 for k3).
+    k1 = delta, k2 = delta^2 / 2, k3 = exp(-delta) + delta - 1 (>= 0), computed without any clamp.
+
+    ``low_var_kl`` is verl's clamped k3 (``core_algos.py::kl_penalty``): exponent -delta clamped to +-20 and the
+    result to +-10. ``clamp``: clip the result to [-clamp, clamp]; ``None`` means no clamp (for ``low_var_kl``
+    ``None`` means verl's 10). ``straight_through_k2``: forward value of ``kind``, gradient of k2 (verl ``k3+``).
     """
     _check_same("logp_ref", logp_ref, logp)
+    if kind not in KL_KINDS:
+        raise ValueError(f"kind must be one of {KL_KINDS}, got {kind!r}")
+    if clamp is not None and not clamp > 0:
+        raise ValueError(f"clamp must be > 0 or None, got {clamp}")
     delta = logp - logp_ref
     if kind == "k1":
         value = delta
     elif kind == "k2":
         value = 0.5 * delta**2
-    elif kind == "k3":
-        neg = torch.clamp(-delta, -20.0, 20.0)
-        value = torch.exp(neg) - neg - 1.0
     else:
-        raise ValueError(f"kind must be k1, k2 or k3, got {kind!r}")
+        neg = -delta
+        if kind == "low_var_kl":
+            neg = torch.clamp(neg, -LOW_VAR_KL_EXP_CLAMP, LOW_VAR_KL_EXP_CLAMP)
+            clamp = LOW_VAR_KL_CLAMP if clamp is None else clamp
+        value = torch.exp(neg) - neg - 1.0
     if clamp is not None:
         value = torch.clamp(value, -clamp, clamp)
     if straight_through_k2:
@@ -122,42 +144,38 @@ def kl_estimate(
 def token_mean(loss: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """sum M L / sum M (verl default; TRL ``bnpo``)."""
     m = mask.to(loss.dtype)
-    return (loss * m).sum() / m.sum().clamp_min(1.0)
+    return masked(loss, mask).sum() / m.sum().clamp_min(1.0)
 
 
 @register_aggregation("seq_mean_token_mean")
 def seq_mean_token_mean(loss: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """(1/B) sum_i (sum_t M L / sum_t M) (TRL ``grpo``)."""
     m = mask.to(loss.dtype)
-    return ((loss * m).sum(-1) / m.sum(-1).clamp_min(1.0)).mean()
+    return (masked(loss, mask).sum(-1) / m.sum(-1).clamp_min(1.0)).mean()
 
 
 @register_aggregation("seq_mean_token_sum")
 def seq_mean_token_sum(loss: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """(1/B) sum_i sum_t M L."""
-    m = mask.to(loss.dtype)
-    return (loss * m).sum(-1).mean()
+    return masked(loss, mask).sum(-1).mean()
 
 
 @register_aggregation("seq_sum_over_width")
 def seq_sum_over_width(loss: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """sum M L / T_max, T_max = the mask width (verl ``seq-mean-token-sum-norm``)."""
-    m = mask.to(loss.dtype)
-    return (loss * m).sum() / mask.shape[-1]
+    return masked(loss, mask).sum() / mask.shape[-1]
 
 
 @register_aggregation("dr_grpo")
 def dr_grpo_mean(loss: torch.Tensor, mask: torch.Tensor, *, max_len: int) -> torch.Tensor:
     """sum M L / (B * max_completion_length) (TRL ``dr_grpo``)."""
-    m = mask.to(loss.dtype)
-    return (loss * m).sum() / (loss.shape[0] * max_len)
+    return masked(loss, mask).sum() / (loss.shape[0] * max_len)
 
 
 @register_aggregation("global_token_mean")
 def global_token_mean(loss: torch.Tensor, mask: torch.Tensor, *, global_tokens: float) -> torch.Tensor:
     """sum M L / (active tokens over all ranks): rank losses sum to the single-rank token mean (verl, OpenRLHF)."""
-    m = mask.to(loss.dtype)
-    return (loss * m).sum() / global_tokens
+    return masked(loss, mask).sum() / global_tokens
 
 
 def aggregate(loss: torch.Tensor, mask: torch.Tensor, mode: str, **kwargs) -> torch.Tensor:
@@ -182,12 +200,15 @@ def clipped_policy_loss(
     kl_coef: float,
     kl_kind: str,
     agg_mode: str,
+    kl_clamp: float | None = None,
     ratio_level: str = "token",
     segment_ids: torch.Tensor | None = None,
     **agg_kwargs,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """L = -agg(l) + beta * agg(KL) with one aggregation for both terms (verl actor with ``use_kl_loss``).
 
+    ``kl_kind`` / ``kl_clamp`` go to :func:`kl_estimate` (``low_var_kl`` is verl's clamped k3). Positions with
+    mask 0 contribute nothing, whatever they hold (padding log-probs of -inf, NaN advantages).
     Returns the scalar loss and detached parts (``pg_loss``, ``kl``, ``clip_frac``).
     """
     obj = policy_objective(logp, logp_old, adv, mask, ratio_level=ratio_level, eps_low=eps_low,
@@ -198,10 +219,12 @@ def clipped_policy_loss(
     if kl_coef:
         if logp_ref is None:
             raise ValueError("kl_coef > 0 needs logp_ref")
-        kl_val = aggregate(kl_estimate(logp, logp_ref, kind=kl_kind), mask, agg_mode, **agg_kwargs)
+        kl = kl_estimate(masked(logp, mask), masked(logp_ref, mask), kind=kl_kind, clamp=kl_clamp)
+        kl_val = aggregate(kl, mask, agg_mode, **agg_kwargs)
         loss = loss + kl_coef * kl_val
-    ratio = torch.exp(torch.clamp(logp - logp_old, -20, 20))
-    clipped = ((ratio < 1 - eps_low) | (ratio > 1 + eps_high)) & mask.bool()
+    with torch.no_grad():
+        ratio = torch.exp(torch.clamp(masked(logp, mask) - masked(logp_old, mask), -20, 20))
+        clipped = ((ratio < 1 - eps_low) | (ratio > 1 + eps_high)) & mask.bool()
     parts = {"pg_loss": pg.detach(), "kl": kl_val.detach(),
              "clip_frac": clipped.sum() / mask.sum().clamp_min(1)}
     return loss, parts

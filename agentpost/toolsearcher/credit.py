@@ -77,17 +77,37 @@ def event_advantages(D: np.ndarray, s_hat_row: np.ndarray, nondiscovery: str = "
     return adv.astype(np.float64)
 
 
-def parse_tool_list(text: str) -> tuple[frozenset[str], int]:
-    """Strict parse of the final answer: (predicted names, number of ``<tool_list>`` blocks).
+def _split_names(block: str) -> list[str]:
+    """Names in a block, separated by newlines or commas (the spec's ``<tool_list>c.t.a1, c.t.a2</tool_list>``).
 
-    Names are one per line inside the block (API names may contain commas); the prediction is read only when
-    there is exactly one block, otherwise it is empty.
+    API names may themselves contain commas ("Finance.spacHero.Latest SPAC Deals, IPOs, Closings"): a comma piece
+    that is not a ``category.tool.api`` name (fewer than two dots) continues the name before it."""
+    names: list[str] = []
+    for line in block.split("\n"):
+        current: list[str] = []
+        for piece in line.split(","):
+            if current and piece.strip().count(".") < 2:
+                current.append(piece)
+                continue
+            if current:
+                names.append(",".join(current).strip())
+            current = [piece]
+        if current:
+            names.append(",".join(current).strip())
+    return [n for n in names if n]
+
+
+def parse_tool_list(text: str) -> tuple[frozenset[str], bool]:
+    """Strict parse of the final answer: (predicted names, whether the answer has exactly one well-formed
+    ``<tool_list>...</tool_list>`` block).
+
+    Well-formed means one opening and one closing tag, in that order; otherwise the prediction is empty. Names are
+    separated by newlines or commas (:func:`_split_names`); an empty block is well-formed and predicts nothing.
     """
     blocks = _BLOCK.findall(text)
     if len(blocks) != 1 or text.count("<tool_list>") != 1 or text.count("</tool_list>") != 1:
-        return frozenset(), len(blocks)
-    names = frozenset(line.strip() for line in blocks[0].split("\n") if line.strip())
-    return names, 1
+        return frozenset(), False
+    return frozenset(_split_names(blocks[0])), True
 
 
 def set_f1(predicted: set | frozenset, targets: set | frozenset) -> float:
@@ -101,15 +121,15 @@ def set_f1(predicted: set | frozenset, targets: set | frozenset) -> float:
 
 def selection_reward(answer: str | None, targets: Sequence[str], found: set[str] | None = None,
                      mode: str = "gt_selection") -> float:
-    """Eq. 4: r = F1(P, G) + 0.1 * [exactly one <tool_list> block]; ``conditional_selection`` scores against
-    G intersected with the found set S. No answer (None) scores 0."""
+    """Eq. 4: r = F1(P, G) + 0.1 * [exactly one well-formed <tool_list> block]; ``conditional_selection`` scores
+    against G intersected with the found set S. No answer (None) scores 0."""
     if mode not in REWARD_MODES:
         raise ValueError(f"reward mode must be one of {REWARD_MODES}, got {mode!r}")
     if answer is None:
         return 0.0
-    pred, n_blocks = parse_tool_list(answer)
+    pred, well_formed = parse_tool_list(answer)
     gold = set(targets) if mode == "gt_selection" else set(targets) & set(found or ())
-    return set_f1(pred, gold) + (FORMAT_BONUS if n_blocks == 1 else 0.0)
+    return set_f1(pred, gold) + (FORMAT_BONUS if well_formed else 0.0)
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,8 @@
 Each maximal run of 1s in a rollout's loss mask is one assistant turn; search turn t gets A_search[t], the answer
 turn gets the gated A_sel; tool-response tokens have mask 0, so they carry no advantage and enter neither the
 policy-gradient nor the KL term. Defaults follow the official verl fork: per-token ratio, eps 0.2, dual clip
-c = 3, k3 KL in the loss with beta = 0.001, token-mean aggregation.
+c = 3, k3 KL in the loss as verl's ``low_var_kl`` (exponent clamped to +-20, value to +-10) with beta = 0.001,
+token-mean aggregation.
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ class LossConfig:
     clip_eps: float = 0.2
     dual_clip_c: float | None = 3.0
     kl_coef: float = 0.001
-    kl_kind: str = "k3"
+    kl_kind: str = "low_var_kl"  # the official config's kl_loss_type; "k3" is the unclamped estimator
+    kl_clamp: float | None = None  # None: the kind's own (10 for low_var_kl, none for k3)
     agg_mode: str = "token_mean"
     ratio_level: str = "token"  # ambiguity 6: "token" (official) or "segment"
 
@@ -52,9 +54,11 @@ def token_advantages(mask: torch.Tensor, factors: Sequence[Sequence[float]], on_
 
 def event_level_loss(logp: torch.Tensor, logp_old: torch.Tensor, logp_ref: torch.Tensor, adv: torch.Tensor,
                      mask: torch.Tensor, cfg: LossConfig) -> tuple[torch.Tensor, dict]:
-    """Eq. 7: -token_mean(clipped objective with dual clip) + beta * token_mean(k3 KL), over masked tokens only."""
+    """Eq. 7: -token_mean(clipped objective with dual clip) + beta * token_mean(k3 KL), over masked tokens only
+    (the KL as configured: ``low_var_kl`` by default)."""
     return clipped_policy_loss(
         logp, logp_old, logp_ref, adv.to(logp.dtype), mask, eps_low=cfg.clip_eps, eps_high=cfg.clip_eps,
-        dual_clip_c=cfg.dual_clip_c, kl_coef=cfg.kl_coef, kl_kind=cfg.kl_kind, agg_mode=cfg.agg_mode,
+        dual_clip_c=cfg.dual_clip_c, kl_coef=cfg.kl_coef, kl_kind=cfg.kl_kind, kl_clamp=cfg.kl_clamp,
+        agg_mode=cfg.agg_mode,
         ratio_level=cfg.ratio_level, segment_ids=segment_ids(mask) if cfg.ratio_level == "segment" else None,
     )

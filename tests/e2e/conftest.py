@@ -24,7 +24,7 @@ TINY_PROFILE = {"description": "e2e tests: the protocol chapter at a tiny size",
 
 
 def make_project(dest: Path) -> Path:
-    for name in ("pyproject.toml", "setup.py", "_config.yml"):
+    for name in ("pyproject.toml", "_config.yml"):
         shutil.copy(REPO / name, dest / name)
     for folder in ("book", "params", "tests"):
         shutil.copytree(REPO / folder, dest / folder, ignore=shutil.ignore_patterns("runs", "generated", "__pycache__"))

@@ -111,8 +111,10 @@ def test_select_top_b_ties_keep_recent_and_inf_forces():
 def test_budget_worked_example():
     t = DeepConfConfidence(np.array([5, 5, 4, 4, 3, 3, 2, 2, 1, 1], dtype=float))
     assert min_pool(t.values, 4, 2).tolist() == [4, 3, 2, 1]
-    assert np.percentile([4, 3, 2, 1], 10) == pytest.approx(1.3)
-    assert bottom_trend_slope(np.array([4, 3, 2, 1.0]), 0.1) == 0.0  # one point kept
+    assert bottom_trend_slope(np.array([4, 3, 2, 1.0]), 0.1) == 0.0  # 10th percentile 1.3: one point kept
+    assert bottom_trend_slope(np.array([4, 3, 2, 1.0]), 0.5) == pytest.approx(-1.0)  # 2.5: keeps m = 2, 3
+    # [5, 1, 4, 2, 3], bottom 0.4: 40th percentile 2.6 keeps m = 1 (1) and m = 3 (2): slope (2 - 1) / (3 - 1)
+    assert bottom_trend_slope(np.array([5, 1, 4, 2, 3.0]), 0.4) == pytest.approx(0.5)
     rule = ConfidenceBudget(budget=512, window=4, stride=2, bottom=0.1)
     assert rule.update(t) == 512
     rule = ConfidenceBudget(budget=512, window=4, stride=2, bottom=0.5)

@@ -7,7 +7,8 @@ import torch
 
 from agentpost.actkv.lrfu import select_top_b
 from agentpost.actkv.policies import (
-    POLICIES, ActKV, H2O, make_policy, rkv_redundancy, rkv_scores, snapkv_scores, streaming_scores,
+    POLICIES, RKV, ActKV, H2O, SnapKV, StreamingLLM, make_policy, rkv_redundancy, rkv_scores, snapkv_scores,
+    streaming_scores,
 )
 
 
@@ -23,15 +24,57 @@ def test_snapkv_worked_example():
         snapkv_scores(rows, 2, pool="median")
 
 
-def test_kvpress_keep_count_rule():
-    # n = max(1, floor(T (1 - ratio))) : the budget a kvpress ratio corresponds to
-    assert max(1, math.floor(10 * (1 - 0.25))) == 7
-    assert max(1, math.floor(10 * (1 - 0.99))) == 1
-
-
 def test_streamingllm_worked_example():
-    n_keep = 10 - (10 - math.floor(10 * 0.6))  # T=10, ratio 0.4 -> prune 4
-    assert select_top_b(streaming_scores(10, 4), n_keep).tolist() == [[0, 1, 2, 3, 8, 9]]
+    # T = 10, ratio 0.4 -> n_pruned = 10 - floor(10 * 0.6) = 4 -> keep 6: the 4 sinks and the last 2
+    assert select_top_b(streaming_scores(10, 4), 6).tolist() == [[0, 1, 2, 3, 8, 9]]
+    # kvpress keep count n = max(1, floor(T (1 - ratio))): ratio 0.25 -> 7 entries -> sinks + last 3
+    assert select_top_b(streaming_scores(10, 4), 7).tolist() == [[0, 1, 2, 3, 7, 8, 9]]
+
+
+def test_streamingllm_sinks_are_the_first_tokens_of_the_sequence():
+    # a 4-token protected prefix already holds the 4 sinks: 15 evictable entries at B = 6 keep the last 6;
+    # the "evictable" reading makes the first 4 evictable entries sinks too, shrinking the recent window to 2
+    keys = torch.zeros(1, 4 + 15, 2)
+    published, evictable = StreamingLLM(), StreamingLLM(sinks="evictable")
+    for pol in (published, evictable):
+        pol.reset(n_layers=1, n_kv_heads=1, prefix_len=4)
+    assert select_top_b(published.score(0, keys), 6).tolist() == [[9, 10, 11, 12, 13, 14]]
+    assert select_top_b(evictable.score(0, keys), 6).tolist() == [[0, 1, 2, 3, 13, 14]]
+    short = StreamingLLM()
+    short.reset(n_layers=1, n_kv_heads=1, prefix_len=1)  # a 1-token prefix holds 1 sink; 3 remain evictable
+    assert select_top_b(short.score(0, torch.zeros(1, 1 + 15, 2)), 6).tolist() == [[0, 1, 2, 12, 13, 14]]
+    with pytest.raises(ValueError, match="sinks"):
+        StreamingLLM(sinks="prefix")
+
+
+def test_snapkv_pooling_over_the_sequence_or_the_evictable_part():
+    rows = torch.tensor([[[0.1, 0.4, 0.1, 0.1, 0.3, 0.0], [0.2, 0.1, 0.1, 0.3, 0.1, 0.2]]], dtype=torch.float64)
+    # prefix = keys 0, 1. Published: pool over the sequence (s = [0.1333, 0.1667, 0.1833, 0.1000]), keep 2..5
+    s = snapkv_scores(rows, window=2, kernel=3, protected=2)
+    assert s[0, :2].tolist() == pytest.approx([0.55 / 3, 0.3 / 3]) and s.shape == (1, 4)
+    # evictable only: v = [0.10, 0.20], zero padding at the prefix boundary -> [(0 + .1 + .2)/3, (.1 + .2 + 0)/3]
+    e = snapkv_scores(rows, window=2, kernel=3, protected=2, pool_over="evictable")
+    assert e[0, :2].tolist() == pytest.approx([0.1, 0.1])
+    assert s[0, 2:].tolist() == e[0, 2:].tolist() == [math.inf, math.inf]
+
+
+def test_snapkv_query_head_selection_on_a_hand_built_matrix():
+    # two query heads of one KV group, window w = 1 over N = 4 one-hot keys: logits = log of each head's row
+    rows = torch.tensor([[0.1, 0.5, 0.2, 0.2], [0.4, 0.1, 0.3, 0.2]], dtype=torch.float64)
+    q = torch.log(rows).unsqueeze(1)  # (H_q = 2, w = 1, d = 4)
+    keys = torch.eye(4, dtype=torch.float64).unsqueeze(0)  # one KV head
+    per_query = SnapKV(window=1, kernel=1, head_mode="query_head")
+    assert per_query.expand_kv_heads
+    per_query.reset(n_layers=1, n_kv_heads=2, prefix_len=0)  # the engine expands the cache: one head per query head
+    per_query.observe(0, torch.zeros(2, 1, 4), q, torch.tensor([False]), False, 1.0)
+    s = per_query.score(0, keys.expand(2, -1, -1))
+    assert s[0, :3].tolist() == pytest.approx([0.1, 0.5, 0.2]) and s[1, :3].tolist() == pytest.approx([0.4, 0.1, 0.3])
+    assert select_top_b(s, 2).tolist() == [[1, 3], [0, 3]]  # each query head keeps its own entry
+    group = SnapKV(window=1, kernel=1)  # kv_group_mean: [0.25, 0.30, 0.25] shared by the group
+    group.reset(n_layers=1, n_kv_heads=1, prefix_len=0)
+    group.observe(0, torch.zeros(2, 1, 4), q, torch.tensor([False]), False, 1.0)
+    g = group.score(0, keys)
+    assert g[0, :3].tolist() == pytest.approx([0.25, 0.30, 0.25]) and select_top_b(g, 2).tolist() == [[1, 3]]
 
 
 def test_h2o_accumulation_worked_example():
@@ -44,6 +87,27 @@ def test_h2o_accumulation_worked_example():
     pol.budget = 2  # hh_size = 1, recent_size = 1
     s = pol.score(0, torch.zeros(1, 4, 2))
     assert select_top_b(s, 2).tolist() == [[1, 3]]
+
+
+def test_h2o_normalised_accumulator_on_hand_built_attention():
+    # the spec's three decoding steps: hh = [0.8, 1.4, 0.6, 0.2], seen by [3, 3, 2, 1] queries
+    raw, norm = H2O(recent_fraction=1 / 3), H2O(recent_fraction=1 / 3, normalise=True)
+    for pol in (raw, norm):
+        pol.reset(n_layers=1, n_kv_heads=1, prefix_len=0)
+        for row in ([0.5, 0.5], [0.2, 0.3, 0.5], [0.1, 0.6, 0.1, 0.2]):
+            pol.observe(0, torch.tensor(row, dtype=torch.float64).view(1, 1, -1), torch.zeros(1, 1, 2),
+                        torch.tensor([False]), False, 1.0)
+        pol.budget = 3  # recent 1, two heavy hitters
+    s = norm.score(0, torch.zeros(1, 4, 2))
+    assert s[0, :3].tolist() == pytest.approx([0.8 / 3, 1.4 / 3, 0.6 / 2])
+    assert select_top_b(raw.score(0, torch.zeros(1, 4, 2)), 3).tolist() == [[0, 1, 3]]
+    assert select_top_b(s, 3).tolist() == [[1, 2, 3]]
+    # one prefill chunk: kvpress ObservedAttentionPress s_i = sum_{t >= i} A_ti / (T - i), T = 3
+    attn = torch.tensor([[[1.0, 0, 0], [0.5, 0.5, 0], [0.2, 0.3, 0.5]]], dtype=torch.float64)
+    pre = H2O(recent_fraction=0.0, normalise=True)
+    pre.reset(n_layers=1, n_kv_heads=1, prefix_len=0)
+    pre.observe(0, attn, torch.zeros(1, 3, 2), torch.tensor([False] * 3), False, 1.0)
+    assert pre.score(0, torch.zeros(1, 3, 2))[0].tolist() == pytest.approx([1.7 / 3, 0.8 / 2, 0.5 / 1])
 
 
 def test_rkv_redundancy_older_duplicate_evicted_first():
@@ -61,13 +125,34 @@ def test_rkv_redundancy_older_duplicate_evicted_first():
 
 
 def test_rkv_score_mixes_attention_and_redundancy():
-    keys = torch.eye(4, dtype=torch.float64)[[0, 1, 2, 3, 0]].unsqueeze(0)  # N = 5, last entry = window
+    e = torch.eye(4, dtype=torch.float64)
+    keys = torch.stack([e[0], e[1], e[2], e[1], e[1]]).unsqueeze(0)  # N = 5, the last entry is the window
     logits = torch.log(torch.tensor([[[0.1, 0.2, 0.3, 0.4, 1.0]]], dtype=torch.float64))
     s = rkv_scores(logits, keys, window=1, kernel=1, mix_lambda=0.07)
-    attn = torch.tensor([0.1, 0.2, 0.3, 0.4], dtype=torch.float64)  # softmax of log-probs over the non-window part
-    red = rkv_redundancy(keys)[0, :4]
-    assert s[0, :4].tolist() == pytest.approx((0.07 * attn - 0.93 * red).tolist())
+    attn = [0.1, 0.2, 0.3, 0.4]  # softmax of the log-probs over the non-window part
+    # redundancy by hand: column means [0, 2, 0, 1, 0] / 5, softmax -> exp([0, .4, 0, .2, 0]) / Z
+    z = 3 + math.exp(0.4) + math.exp(0.2)
+    red = [1 / z, math.exp(0.4) / z, 1 / z, math.exp(0.2) / z]
+    assert s[0, :4].tolist() == pytest.approx([0.07 * a - 0.93 * r for a, r in zip(attn, red)], abs=1e-8)  # 1e-8 norm eps
     assert s[0, 4] == math.inf
+
+
+def test_rkv_scored_over_the_whole_cache_or_the_evictable_part():
+    # prefix = entry 0 (key e0); evictable entries 1..3 with keys e0, e1, e2; window = the last entry
+    keys = torch.eye(3, dtype=torch.float64)[[0, 0, 1, 2]].unsqueeze(0)
+    q = torch.tensor([[[0.0, math.log(2.0), 0.0]]], dtype=torch.float64)  # logits over the keys: [0, 0, ln 2, 0]
+    pols = {over: RKV(window=1, kernel=1, score_over=over) for over in ("cache", "evictable")}
+    for pol in pols.values():
+        pol.reset(n_layers=1, n_kv_heads=1, prefix_len=1)
+        pol.observe(0, torch.zeros(1, 1, 4), q, torch.tensor([False]), False, 1.0)
+    # whole cache: attention softmax([0, 0, ln 2]) = [1, 1, 2] / 4; keys 0 and 1 are duplicates, each row's most
+    # recent similar entry is zeroed, so the similarity matrix is all zero and the redundancy is uniform 1/4
+    cache = pols["cache"].score(0, keys)
+    assert cache[0, :2].tolist() == pytest.approx([0.07 * 0.25 - 0.93 / 4, 0.07 * 0.5 - 0.93 / 4])
+    # evictable only: attention softmax([0, ln 2]) = [1/3, 2/3]; three distinct keys: redundancy 1/3 each
+    ev = pols["evictable"].score(0, keys)
+    assert ev[0, :2].tolist() == pytest.approx([0.07 / 3 - 0.93 / 3, 0.07 * 2 / 3 - 0.93 / 3])
+    assert cache.shape == ev.shape == (1, 3) and cache[0, 2] == ev[0, 2] == math.inf
 
 
 @pytest.mark.parametrize("scores", [

@@ -3,19 +3,15 @@
 import pytest
 import torch
 
-from agentpost.actkv.diagnostic import budget_for, diag_trace, run_grid
+from agentpost.actkv.diagnostic import VARIANTS, budget_for, diag_trace, run_grid
+from agentpost.models.lm import tiny_random_lm
 from agentpost.models.tokenizer import load_tokenizer
 
 
 @pytest.fixture(scope="module")
 def setup():
-    from transformers import Qwen3Config, Qwen3ForCausalLM
-
     tok = load_tokenizer()
-    cfg = Qwen3Config(vocab_size=4096, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, head_dim=8, max_position_embeddings=2048)
-    torch.manual_seed(0)
-    model = Qwen3ForCausalLM(cfg).eval()
+    model = tiny_random_lm(seed=0, hidden_size=32, intermediate_size=64, head_dim=8)
     prefix = "<|im_start|>system\nsolve the task with tools<|im_end|>\n"
     ids = tok(prefix, add_special_tokens=False).input_ids
     spans = []
@@ -41,10 +37,11 @@ def test_compress_points_follow_the_observation(setup):
 @pytest.mark.claim("actkv", "C3")
 def test_grid_fullkv_is_its_own_reference(setup):
     model, _, tr = setup
-    df = run_grid(model, {42: [tr]}, ratios=(0.25,), chunk=32)
+    df = run_grid(model, {42: [tr]}, ratios=(0.25,), chunk=32, variants=VARIANTS)
     full = df[df.method == "fullkv"].iloc[0]
     assert full.nll_increase_nats == 0 and full.top1_agreement == 1 and full.peak_frac == 1
-    assert set(df.method) == {"fullkv", "streamingllm", "h2o", "snapkv", "rkv", "actkv", "actkv+budget"}
+    assert set(df.method) == {"fullkv", "streamingllm", "h2o", "snapkv", "rkv", "actkv", "actkv+budget",
+                              "h2o_normalised", "snapkv_query_head"}
     assert (df.peak_frac <= 1).all()
     assert (df[df.method.str.startswith("actkv")].peak_within_bound == 1).all()
     assert budget_for(tr, 0.25) == round(0.25 * len(tr))

@@ -9,6 +9,8 @@ import torch
 from agentpost.actkv.engine import CompressedSession, generate, score_trace
 from agentpost.actkv.policies import make_policy
 from agentpost.actkv.regions import RoundLayout
+from agentpost.models.lm import tiny_random_lm
+from tests.unit._actkv_helpers import CountingTok
 
 torch.set_num_threads(1)
 
@@ -22,12 +24,7 @@ ACTKV = {"p": 0.3}
 
 @pytest.fixture(scope="module")
 def model():
-    from transformers import Qwen3Config, Qwen3ForCausalLM
-
-    cfg = Qwen3Config(vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=256)
-    torch.manual_seed(0)
-    return Qwen3ForCausalLM(cfg).eval()
+    return tiny_random_lm(seed=0, vocab_size=512)
 
 
 @pytest.fixture(scope="module")
@@ -93,14 +90,8 @@ def test_score_trace_paged_gives_dense_action_logprobs(model, trace):
 
 
 def test_greedy_generation_is_the_same_on_both_backends(model):
-    class Tok:  # synthetic delimiters: ids = 0 (mod 5) open an action region, 1 (mod 5) close it
-        eos_token_id = -1
-
-        def decode(self, ids, skip_special_tokens=False):
-            return "<tool_call>" if ids[0] % 5 == 0 else ("</tool_call>" if ids[0] % 5 == 1 else "x")
-
     prompt = torch.randint(10, 500, (12,), generator=torch.Generator().manual_seed(1)).tolist()
-    runs = {be: generate(model, Tok(), prompt, 4, make_policy("actkv", **ACTKV), 3, max_new_tokens=24,
+    runs = {be: generate(model, CountingTok(), prompt, 4, make_policy("actkv", **ACTKV), 3, max_new_tokens=24,
                          on_action_end=lambda g: [11, 12], kv_backend=be) for be in ("dense", "paged")}
     assert runs["dense"][0] == runs["paged"][0]
     assert runs["paged"][1].compressions == runs["dense"][1].compressions > 0

@@ -158,3 +158,69 @@ def test_asymmetric_clip_bounds():
     assert policy_objective(logp, old, a, m, eps_low=0.2, eps_high=0.28).item() == pytest.approx(1.28)
     logp = _one(math.log(0.5))
     assert policy_objective(logp, old, -a, m, eps_low=0.2, eps_high=0.28).item() == pytest.approx(-0.8)
+
+
+def test_k3_unclamped_unless_asked_and_verl_low_var_kl_clamps():
+    # delta = logp - logp_ref = -29: k3 = e^29 - 29 - 1 = 3.9313e12 with no clamp at all (was 4.85e8 = e^20 - 21)
+    lp, ref = torch.tensor([-30.0], dtype=torch.float64), torch.tensor([-1.0], dtype=torch.float64)
+    assert kl_estimate(lp, ref, kind="k3").item() == pytest.approx(math.exp(29) - 30, rel=1e-12)
+    assert kl_estimate(lp, ref, kind="k3").item() == pytest.approx(3.9313e12, rel=1e-4)
+    lp = lp.clone().requires_grad_(True)
+    kl_estimate(lp, ref, kind="k3").sum().backward()
+    assert lp.grad.item() == pytest.approx(1 - math.exp(29), rel=1e-12)  # d/dlogp (e^-d + d - 1) = 1 - e^-d, not 0
+    # delta = -3: k3 = e^3 - 4 = 16.0855; verl's low_var_kl clamps the result to 10; an explicit clamp is honoured
+    lp, ref = torch.tensor([-4.0], dtype=torch.float64), torch.tensor([-1.0], dtype=torch.float64)
+    assert kl_estimate(lp, ref, kind="k3").item() == pytest.approx(16.0855, abs=1e-4)
+    assert kl_estimate(lp, ref, kind="low_var_kl").item() == 10.0
+    assert kl_estimate(lp, ref, kind="k3", clamp=10.0).item() == 10.0
+    assert kl_estimate(lp, ref, kind="low_var_kl", clamp=5.0).item() == 5.0
+    # low_var_kl equals k3 where no clamp binds (delta = 0.5: 0.10653)
+    assert kl_estimate(torch.tensor([-1.0]), torch.tensor([-1.5]), kind="low_var_kl").item() == pytest.approx(
+        0.10653, abs=1e-5)
+    with pytest.raises(ValueError, match="clamp must be > 0"):
+        kl_estimate(lp, ref, clamp=0.0)
+
+
+def test_loss_applies_the_configured_kl_clamp():
+    # one token, ratio 1 (logp = logp_old), A = 0: the loss is beta * KL alone; delta = -3
+    lp, old, ref = _one(-4.0), _one(-4.0), _one(-1.0)
+    adv, m = _one(0.0), _one(1.0)
+    kw = dict(eps_low=0.2, eps_high=0.2, dual_clip_c=None, kl_coef=1.0, agg_mode="token_mean")
+    assert clipped_policy_loss(lp, old, ref, adv, m, kl_kind="k3", **kw)[0].item() == pytest.approx(16.0855, abs=1e-4)
+    assert clipped_policy_loss(lp, old, ref, adv, m, kl_kind="low_var_kl", **kw)[0].item() == pytest.approx(10.0)
+    assert clipped_policy_loss(lp, old, ref, adv, m, kl_kind="k3", kl_clamp=2.0, **kw)[0].item() == pytest.approx(2.0)
+    from agentpost.toolsearcher.loss import LossConfig, event_level_loss
+
+    cfg = LossConfig(kl_coef=1.0, dual_clip_c=None)  # the official config: low_var_kl
+    assert event_level_loss(lp, old, ref, adv, m, cfg)[0].item() == pytest.approx(10.0)
+
+
+def test_dr_grpo_singleton_follows_verl():
+    # verl compute_grpo_outcome_advantage: a group of one has mean 0 and std 1, so r = 0.7 stays 0.7
+    a = get_advantage("grpo_no_std")([0.7, 1.0, 0.0], [5, 6, 6])
+    assert a.tolist() == pytest.approx([0.7, 0.5, -0.5])
+    assert get_advantage("grpo_no_std")([0.7], [5], singleton="zero").tolist() == [0.0]
+
+
+def test_non_finite_values_at_masked_positions_do_not_contribute():
+    # row 0: tokens 0, 1 active; token 2 is padding with logp = -inf and a NaN advantage
+    lp = torch.tensor([[math.log(0.5), math.log(0.25), -math.inf]], dtype=torch.float64, requires_grad=True)
+    old = torch.tensor([[math.log(0.5), math.log(0.25), 0.0]], dtype=torch.float64)
+    ref = torch.tensor([[math.log(0.5), math.log(0.5), math.nan]], dtype=torch.float64)
+    adv = torch.tensor([[1.0, -2.0, math.nan]], dtype=torch.float64)
+    mask = torch.tensor([[1, 1, 0]])
+    loss, parts = clipped_policy_loss(lp, old, ref, adv, mask, eps_low=0.2, eps_high=0.2, dual_clip_c=3.0,
+                                      kl_coef=0.1, kl_kind="k3", agg_mode="token_mean")
+    # ratios are 1: objective [1, -2] -> pg = -(1 - 2) / 2 = 0.5; k3 at delta = -ln 2: 2 - ln 2 - 1 = 0.30685 on
+    # token 1 and 0 on token 0 -> KL mean 0.153426; loss = 0.5 + 0.1 * 0.153426
+    k3 = 2 - math.log(2) - 1
+    assert loss.item() == pytest.approx(0.5 + 0.1 * k3 / 2, abs=1e-12)
+    loss.backward()
+    assert torch.isfinite(lp.grad).all() and lp.grad[0, 2].item() == 0.0
+    # d/dlogp: -A/2 from the surrogate (ratio 1), + 0.1/2 * (1 - e^{-delta}) from k3
+    assert lp.grad[0, 0].item() == pytest.approx(-0.5, abs=1e-12)
+    assert lp.grad[0, 1].item() == pytest.approx(1.0 + 0.05 * (1 - 2.0), abs=1e-12)
+    for mode, kw in (("token_mean", {}), ("seq_mean_token_mean", {}), ("seq_mean_token_sum", {}),
+                     ("seq_sum_over_width", {}), ("dr_grpo", {"max_len": 3}), ("global_token_mean", {"global_tokens": 2})):
+        assert torch.isfinite(aggregate(torch.tensor([[1.0, 3.0, math.inf]]), mask, mode, **kw))
+    assert aggregate(torch.tensor([[1.0, 3.0, math.nan]]), mask, "token_mean").item() == 2.0

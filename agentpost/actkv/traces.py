@@ -1,4 +1,5 @@
-"""Tool-use traces for the ActKV chapter: a **synthetic trace format over real StableToolBench API docs**.
+"""Tool-use traces for the ActKV chapter: a **synthetic trace format over real StableToolBench API docs**, built on
+the validated loaders of :mod:`agentpost.data.stabletoolbench`.
 
 What is real and what is synthetic (label every display of these traces so):
 
@@ -17,7 +18,9 @@ qualified name ``"<tool>.<api>"`` from the observation that documented it. Tool 
 so evicting the target's observation from the KV cache makes the action unrecoverable — the property the ActKV
 chapter measures.
 
-Held-out evaluation is by whole StableToolBench query groups (:data:`SPLIT_GROUPS`). The training groups
+Held-out evaluation is by whole StableToolBench query groups (:data:`SPLIT_GROUPS`,
+:func:`agentpost.data.stabletoolbench.split_by_held_out_groups`; ToolSearcher's within-group split would put test
+APIs into the tool LM's training traces). The training groups
 (G1_category, G1_instruction, G2_category, G3_instruction) share no API with G1_tool (validation) and share 33
 APIs from 14 tools with G2_instruction (test); a held-out split's API pool drops every tool that occurs in the
 training pool, so held-out actions always name APIs the model never saw in training. G2_instruction is the test
@@ -32,7 +35,7 @@ import json
 import random
 from dataclasses import dataclass, field
 
-from agentpost.data.registry import data_file
+from agentpost.data.stabletoolbench import Api, Query, api_index, load_queries, split_by_held_out_groups
 
 TRACE_LABEL = "synthetic trace format over real StableToolBench API docs"
 
@@ -95,6 +98,9 @@ class TokenizedTrace:
     round_spans: list[tuple[int, int]]  # [start, end) of each round (observation + reasoning + action)
     action_mask: list[bool]  # True on tokens from <tool_call> through </tool_call> inclusive
     name_mask: list[bool] = field(default_factory=list)  # True on the action tokens that spell the API name
+    #: True on the assistant turn of every round (reasoning + action + <|im_end|>): the tokens a model generates;
+    #: False on the prefix and on the tool turn (the observation and the chat markers around it)
+    generated_mask: list[bool] = field(default_factory=list)
 
 
 def _encode(tokenizer, text: str) -> list[int]:
@@ -108,10 +114,13 @@ def tokenize_trace(trace: ToolTrace, tokenizer) -> TokenizedTrace:
     prefix_len = len(ids)
     action_mask = [False] * prefix_len
     name_mask = [False] * prefix_len
+    generated = [False] * prefix_len
     spans = []
+    head = "<|im_start|>assistant\n"
     for (before, action, after), rnd in zip(trace.round_texts(), trace.rounds):
         start = len(ids)
         b = _encode(tokenizer, before)
+        n_tool = len(_encode(tokenizer, before[: before.index(head) + len(head)]))  # the tool turn + assistant header
         enc = tokenizer(action, add_special_tokens=False, return_offsets_mapping=True)
         a = list(enc.input_ids)
         c = _encode(tokenizer, after)
@@ -120,25 +129,10 @@ def tokenize_trace(trace: ToolTrace, tokenizer) -> TokenizedTrace:
         ids += b + a + c
         action_mask += [False] * len(b) + [True] * len(a) + [False] * len(c)
         name_mask += [False] * len(b) + [s < hi and e > lo for s, e in enc.offset_mapping] + [False] * len(c)
+        generated += [False] * n_tool + [True] * (len(ids) - start - n_tool)
         spans.append((start, len(ids)))
-    return TokenizedTrace(ids, prefix_len, spans, action_mask, name_mask)
+    return TokenizedTrace(ids, prefix_len, spans, action_mask, name_mask, generated)
 
-
-@functools.lru_cache(maxsize=None)
-def _queries() -> tuple[dict, ...]:
-    path = data_file("stabletoolbench", "queries.jsonl")
-    return tuple(json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip())
-
-
-@functools.lru_cache(maxsize=None)
-def _apis() -> dict[tuple[str, str, str], dict]:
-    path = data_file("stabletoolbench", "apis.jsonl")
-    out = {}
-    for line in path.read_text(encoding="utf-8").splitlines():
-        if line.strip():
-            a = json.loads(line)
-            out[(a["category_name"], a["tool_name"], a["api_name"])] = a
-    return out
 
 
 def _check_split(split: str) -> None:
@@ -151,79 +145,91 @@ def split_groups(seed: int = 0) -> dict[str, list[str]]:
 
     Membership does not depend on ``seed``; ``seed`` only shuffles the order of ids within each split."""
     out = {}
-    for split, groups in SPLIT_GROUPS.items():
-        ids = sorted((str(q["query_id"]) for q in _queries() if q["group"] in groups), key=int)
+    for split, queries in split_by_held_out_groups(load_queries(), SPLIT_GROUPS).items():
+        ids = sorted((str(q.query_id) for q in queries), key=int)
         random.Random(f"split-order/{seed}/{split}").shuffle(ids)
         out[split] = ids
     return out
 
 
-def _usable(api: dict) -> bool:
+def _record(api: Api) -> dict:
+    """The API's fields as in ``apis.jsonl`` (for the delimiter check over all of its text)."""
+    params = [[{"name": p.name, "type": p.type, "description": p.description, "default": json.loads(p.default)}
+               for p in ps] for ps in (api.required, api.optional)]
+    return {"category_name": api.category, "tool_name": api.tool, "api_name": api.api,
+            "api_description": api.description, "method": api.method, "required_parameters": params[0],
+            "optional_parameters": params[1]}
+
+
+def _usable(api: Api) -> bool:
     name = qualified_name(api)
-    text = json.dumps(api, ensure_ascii=False)
+    text = json.dumps(_record(api), ensure_ascii=False)
     return not any(ch in name for ch in '"\\\n\r\t') and not any(f in text for f in _FORBIDDEN)
 
 
-def qualified_name(api: dict) -> str:
+def qualified_name(api: Api) -> str:
     """The name an action calls: ``"<tool>.<api>"``."""
-    return f"{api['tool_name']}.{api['api_name']}"
+    return f"{api.tool}.{api.api}"
+
+
+def _key(api: Api) -> tuple[str, str, str]:
+    return api.category, api.tool, api.api
 
 
 @functools.lru_cache(maxsize=None)
-def _pool(split: str) -> tuple[tuple[str, str, str], ...]:
+def _pool(split: str) -> tuple[Api, ...]:
     """The split's APIs: candidate APIs of its queries; held-out splits drop every tool of the training pool."""
-    apis = _apis()
+    apis = api_index()
+    splits = split_by_held_out_groups(load_queries(), SPLIT_GROUPS)
 
     def candidates(s):
-        return {tuple(a) for q in _queries() if q["group"] in SPLIT_GROUPS[s] for a in q["candidate_apis"]}
+        return {apis[n] for q in splits[s] for n in q.candidates if n in apis}
 
     keys = candidates(split)
     if split != "train":
-        train_tools = {k[1] for k in candidates("train")}
-        keys = {k for k in keys if k[1] not in train_tools}
-    return tuple(sorted(k for k in keys if k in apis and _usable(apis[k])))
+        train_tools = {a.tool for a in candidates("train")}
+        keys = {a for a in keys if a.tool not in train_tools}
+    return tuple(sorted((a for a in keys if _usable(a)), key=_key))
 
 
-def render_doc(api: dict, max_doc_chars: int) -> str:
+def render_doc(api: Api, max_doc_chars: int) -> str:
     """One API's documentation as a JSON line, cut to ``max_doc_chars`` (never inside the leading name field)."""
     doc = {
         "name": qualified_name(api),
-        "category": api["category_name"],
-        "description": api["api_description"],
-        "method": api["method"],
-        "required_parameters": [
-            {"name": p.get("name"), "type": p.get("type"), "description": p.get("description")}
-            for p in api["required_parameters"]
-        ],
-        "optional_parameters": [{"name": p.get("name"), "type": p.get("type")} for p in api["optional_parameters"]],
+        "category": api.category,
+        "description": api.description,
+        "method": api.method,
+        "required_parameters": [{"name": p.name, "type": p.type, "description": p.description} for p in api.required],
+        "optional_parameters": [{"name": p.name, "type": p.type} for p in api.optional],
     }
     text = json.dumps(doc, ensure_ascii=False)
     header = len(json.dumps({"name": doc["name"]}, ensure_ascii=False)) - 1
     return text if len(text) <= max_doc_chars else text[: max(max_doc_chars, header)] + " ..."
 
 
-def _one_trace(query: dict, pool: tuple, rng: random.Random, rounds: int, distractors: int, max_doc_chars: int):
-    apis = _apis()
+def _one_trace(query: Query, pool: tuple[Api, ...], rng: random.Random, rounds: int, distractors: int,
+               max_doc_chars: int):
+    apis = api_index()
     used_tools: set[str] = set()
-    targets: list[tuple] = []
-    preferred = [tuple(a) for a in query["relevant_apis"]] + [tuple(a) for a in query["candidate_apis"]]
+    targets: list[Api] = []
+    preferred = [apis[n] for n in query.targets + query.candidates if n in apis]
     pool_set = set(pool)
     shuffled = list(pool)
     rng.shuffle(shuffled)
-    for key in [k for k in preferred if k in pool_set] + shuffled:
+    for api in [a for a in preferred if a in pool_set] + shuffled:
         if len(targets) == rounds:
             break
-        if key[1] not in used_tools:
-            targets.append(key)
-            used_tools.add(key[1])
-    distractor_keys = []
-    for key in shuffled:
-        if len(distractor_keys) == rounds * distractors:
+        if api.tool not in used_tools:
+            targets.append(api)
+            used_tools.add(api.tool)
+    distractor_apis = []
+    for api in shuffled:
+        if len(distractor_apis) == rounds * distractors:
             break
-        if key[1] not in used_tools:
-            distractor_keys.append(key)
-            used_tools.add(key[1])
-    if len(targets) < rounds or len(distractor_keys) < rounds * distractors:
+        if api.tool not in used_tools:
+            distractor_apis.append(api)
+            used_tools.add(api.tool)
+    if len(targets) < rounds or len(distractor_apis) < rounds * distractors:
         raise ValueError(
             f"API pool of {len(pool)} APIs has too few distinct tools for {rounds} rounds x "
             f"(1 + {distractors}) documented APIs"
@@ -231,11 +237,11 @@ def _one_trace(query: dict, pool: tuple, rng: random.Random, rounds: int, distra
     source = [0] + [rng.randrange(r) for r in range(1, rounds)]
     out = []
     for r in range(rounds):
-        docs = [targets[j] for j in range(rounds) if source[j] == r] + distractor_keys[r * distractors:(r + 1) * distractors]
+        docs = [targets[j] for j in range(rounds) if source[j] == r] + distractor_apis[r * distractors:(r + 1) * distractors]
         rng.shuffle(docs)
-        observation = "<tool_response>\n" + "\n".join(render_doc(apis[k], max_doc_chars) for k in docs) + "\n</tool_response>"
-        target = apis[targets[r]]
-        reasoning = rng.choice(_REASONING).format(k=r + 1, tool=target["tool_name"])
+        observation = "<tool_response>\n" + "\n".join(render_doc(a, max_doc_chars) for a in docs) + "\n</tool_response>"
+        target = targets[r]
+        reasoning = rng.choice(_REASONING).format(k=r + 1, tool=target.tool)
         call = json.dumps({"name": qualified_name(target), "arguments": {}}, ensure_ascii=False)
         out.append(TraceRound(observation, reasoning, f"<tool_call>{call}</tool_call>", qualified_name(target), source[r]))
     return tuple(out)
@@ -258,8 +264,8 @@ def build_traces(
         raise ValueError(f"need rounds >= 1, distractors >= 0, max_doc_chars >= 1; got {rounds}, {distractors}, {max_doc_chars}")
     if n_traces is not None and n_traces < 0:
         raise ValueError(f"n_traces must be >= 0, got {n_traces}")
-    by_id = {str(q["query_id"]): q for q in _queries()}
-    ids = [i for i in split_groups(seed)[split] if not any(f in by_id[i]["query"] for f in _FORBIDDEN)]
+    by_id = {str(q.query_id): q for q in load_queries()}
+    ids = [i for i in split_groups(seed)[split] if not any(f in by_id[i].text for f in _FORBIDDEN)]
     pool = _pool(split)
     n = len(ids) if n_traces is None else n_traces
     traces = []
@@ -268,8 +274,8 @@ def build_traces(
         rng = random.Random(f"trace/{seed}/{split}/{i}")
         prefix = (
             f"<|im_start|>system\n{SYSTEM_PROMPT}<|im_end|>\n"
-            f"<|im_start|>user\n{q['query'].strip()}<|im_end|>\n"
+            f"<|im_start|>user\n{q.text.strip()}<|im_end|>\n"
         )
         rounds_ = _one_trace(q, pool, rng, rounds, distractors, max_doc_chars)
-        traces.append(ToolTrace(str(q["query_id"]), q["group"], prefix, rounds_))
+        traces.append(ToolTrace(str(q.query_id), q.group, prefix, rounds_))
     return traces

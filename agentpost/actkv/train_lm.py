@@ -1,6 +1,8 @@
-"""Train the tool LM: WikiText-2 pretraining, then fine-tuning on tool traces, then evaluation and a receipt.
+"""Train the ActKV chapter's tool LM: WikiText-2 pretraining, then fine-tuning on tool traces, evaluation, receipt.
 
-The traces are a **synthetic trace format over real StableToolBench API docs** (:mod:`agentpost.data.tooltraces`).
+The traces are a **synthetic trace format over real StableToolBench API docs** (:mod:`agentpost.actkv.traces`);
+the model definition and the generic training pieces are :mod:`agentpost.models.lm` and
+:mod:`agentpost.models.trainer`.
 Phases (all on CPU, deterministic for a seed and thread count):
 
 1. pretrain on random 512-token windows of WikiText-2 train (next-token loss on every token);
@@ -18,14 +20,13 @@ tried and made every metric worse at this budget; it is not part of the script.
 
 Run::
 
-    python -m agentpost.models.train_lm            # ~20 min on 2 CPU cores; writes agentpost/models/assets/tool-lm/
+    python -m agentpost.actkv.train_lm             # ~20 min on 2 CPU cores; writes agentpost/models/assets/tool-lm/
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import math
 import platform
 import shutil
 import time
@@ -34,16 +35,16 @@ from pathlib import Path
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
+from agentpost.actkv.traces import SPLIT_GROUPS, TRACE_LABEL, build_traces, tokenize_trace
 from agentpost.data import files_read
-from agentpost.data.tooltraces import SPLIT_GROUPS, TRACE_LABEL, build_traces, tokenize_trace
 from agentpost.data.wikitext2 import read_split, words
 from agentpost.evidence.hashing import sha256_file
-from agentpost.models.lm import DEFAULT_DIR, tool_lm_config
-from agentpost.models.tokenizer import ASSET_DIR as TOKENIZER_DIR
+from agentpost.models.lm import DEFAULT_DIR, TRAIN_COMMAND, tool_lm_config
 from agentpost.models.schedules import warmup_cosine
+from agentpost.models.tokenizer import ASSET_DIR as TOKENIZER_DIR
 from agentpost.models.tokenizer import load_tokenizer
+from agentpost.models.trainer import lm_loss, optimizer_step, perplexity, random_windows
 
 #: Fine-tuning curriculum: equal-length stages of trace shapes (rounds, distractors, max_doc_chars), short copy
 #: distances first; traces are packed into sequences of at least ``pack_len`` tokens.
@@ -77,52 +78,6 @@ class Hyper:
     eval_max_tokens: int = 32768  # per WikiText-2 split: the first this-many tokens (CPU budget)
     eval_traces: int = 24  # held-out traces per split, in split order
     log_every: int = 25
-
-
-def _lm_loss(model, ids: torch.Tensor, weights: torch.Tensor | None = None) -> torch.Tensor:
-    logits = model(input_ids=ids).logits[:, :-1]
-    nll = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), ids[:, 1:].reshape(-1), reduction="none")
-    if weights is None:
-        return nll.mean()
-    w = weights[:, 1:].reshape(-1)
-    return (nll * w).sum() / w.sum()
-
-
-def _windows(ids: np.ndarray, rng: np.random.Generator, batch: int, length: int) -> torch.Tensor:
-    starts = rng.integers(0, len(ids) - length, size=batch)
-    return torch.tensor(np.stack([ids[s:s + length] for s in starts]), dtype=torch.long)
-
-
-def _assistant_mask(trace, tt, tok) -> list[bool]:
-    """True on the assistant turn of every round (reasoning + action + <|im_end|>)."""
-    mask = [False] * len(tt.input_ids)
-    for (start, end), (before, _, _) in zip(tt.round_spans, trace.round_texts()):
-        obs = before[: before.index("<|im_start|>assistant\n") + len("<|im_start|>assistant\n")]
-        first = start + len(tok(obs, add_special_tokens=False).input_ids)
-        mask[first:end] = [True] * (end - first)
-    return mask
-
-
-def _step(model, opt, loss, clip):
-    opt.zero_grad(set_to_none=True)
-    loss.backward()
-    torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
-    opt.step()
-
-
-@torch.no_grad()
-def wikitext_perplexity(model, ids: np.ndarray, length: int, n_words: int) -> dict:
-    """Perplexity over non-overlapping windows: per BPE token and per WikiText word (same total NLL)."""
-    model.eval()
-    total, count = 0.0, 0
-    for s in range(0, len(ids) - 1, length):
-        chunk = torch.tensor(ids[s:s + length + 1], dtype=torch.long)[None]
-        if chunk.shape[1] < 2:
-            break
-        logits = model(input_ids=chunk[:, :-1]).logits
-        total += F.cross_entropy(logits[0], chunk[0, 1:], reduction="sum").item()
-        count += chunk.shape[1] - 1
-    return {"token_ppl": math.exp(total / count), "word_ppl": math.exp(total / n_words), "tokens": count, "words": n_words}
 
 
 @torch.no_grad()
@@ -191,8 +146,8 @@ def train(out_dir: Path = DEFAULT_DIR, hp: Hyper = Hyper()) -> dict:
     for step in range(hp.pretrain_steps):
         for g in opt.param_groups:
             g["lr"] = warmup_cosine(step, hp.pretrain_steps, hp.pretrain_lr, hp.warmup_steps)
-        loss = _lm_loss(model, _windows(wiki["train"], rng, hp.pretrain_batch, hp.pretrain_len))
-        _step(model, opt, loss, hp.grad_clip)
+        loss = lm_loss(model, random_windows(wiki["train"], rng, hp.pretrain_batch, hp.pretrain_len))
+        optimizer_step(model, opt, loss, hp.grad_clip)
         if step % hp.log_every == 0 or step == hp.pretrain_steps - 1:
             log(f"pretrain {step + 1}/{hp.pretrain_steps} loss {loss.item():.3f}")
     pretrain_s = time.time() - t_pre
@@ -207,7 +162,7 @@ def train(out_dir: Path = DEFAULT_DIR, hp: Hyper = Hyper()) -> dict:
                 for tr in build_traces("train", n_traces=64, rounds=r, distractors=d, max_doc_chars=c, seed=seed):
                     tt = tokenize_trace(tr, tok)
                     if len(tt.input_ids) <= hp.finetune_max_len:
-                        items.append((tt.input_ids, _assistant_mask(tr, tt, tok)))
+                        items.append((tt.input_ids, tt.generated_mask))  # completion-only: the assistant turns
             yield from (items[k] for k in rng.permutation(len(items)))
 
     opt = torch.optim.AdamW(model.parameters(), lr=hp.finetune_lr, weight_decay=hp.weight_decay, betas=(0.9, 0.95))
@@ -224,9 +179,9 @@ def train(out_dir: Path = DEFAULT_DIR, hp: Hyper = Hyper()) -> dict:
             a, m = next(streams[min(n_stages - 1, step * n_stages // hp.finetune_steps)])
             ids, mask, n_traces = ids + a, mask + m, n_traces + 1
         x = torch.tensor(ids, dtype=torch.long)[None]
-        trace_loss = _lm_loss(model, x, torch.tensor(mask, dtype=torch.float32)[None])
-        wiki_loss = _lm_loss(model, _windows(wiki["train"], rng, 1, hp.wiki_mix_len))
-        _step(model, opt, trace_loss + hp.wiki_mix_weight * wiki_loss, hp.grad_clip)
+        trace_loss = lm_loss(model, x, torch.tensor(mask, dtype=torch.float32)[None])
+        wiki_loss = lm_loss(model, random_windows(wiki["train"], rng, 1, hp.wiki_mix_len))
+        optimizer_step(model, opt, trace_loss + hp.wiki_mix_weight * wiki_loss, hp.grad_clip)
         ft_tokens += len(ids) + hp.wiki_mix_len
         if step % hp.log_every == 0 or step == hp.finetune_steps - 1:
             log(f"finetune {step + 1}/{hp.finetune_steps} ({len(ids)} tokens) trace loss {trace_loss.item():.3f} wiki loss {wiki_loss.item():.3f}")
@@ -247,7 +202,7 @@ def train(out_dir: Path = DEFAULT_DIR, hp: Hyper = Hyper()) -> dict:
     for s in ("validation", "test"):
         ids = wiki[s][: hp.eval_max_tokens + 1]
         n_words = len(words(tok.decode(ids[:-1].tolist())))
-        ppl[s] = {**wikitext_perplexity(model, ids, hp.eval_len, n_words), "of_split_tokens": len(wiki[s])}
+        ppl[s] = {**perplexity(model, ids, hp.eval_len, n_words), "of_split_tokens": len(wiki[s])}
     log(f"perplexity {ppl}")
     held_out = {}
     for name, shape in EVAL_SHAPES.items():
@@ -259,8 +214,8 @@ def train(out_dir: Path = DEFAULT_DIR, hp: Hyper = Hyper()) -> dict:
     eval_s = time.time() - t_ev
     receipt = {
         "artifact": "tool-lm: Qwen3-architecture causal LM with GQA, WikiText-2 pretrained, tool-trace fine-tuned",
-        "script": "agentpost/models/train_lm.py",
-        "command": " ".join(["python -m agentpost.models.train_lm"] + [
+        "script": "agentpost/actkv/train_lm.py",
+        "command": " ".join([TRAIN_COMMAND] + [
             f"--{k.replace('_', '-')} {v}" for k, v in asdict(hp).items() if v != getattr(Hyper, k)]),
         "trace_format": TRACE_LABEL,
         "data": {k: sha256_file(p) for k, p in sorted(files_read().items())},

@@ -4,9 +4,10 @@ import json
 
 import pytest
 
-from agentpost.data.tooltraces import (
+from agentpost.actkv.traces import (
     SPLIT_GROUPS, TRACE_LABEL, ToolTrace, build_traces, render_doc, split_groups, tokenize_trace,
 )
+from agentpost.data.stabletoolbench import Api
 from agentpost.models.tokenizer import load_tokenizer
 
 
@@ -21,7 +22,7 @@ def traces():
 
 
 def test_labeled_synthetic():
-    import agentpost.data.tooltraces as m
+    import agentpost.actkv.traces as m
 
     assert TRACE_LABEL == "synthetic trace format over real StableToolBench API docs"
     assert TRACE_LABEL in m.__doc__ and TRACE_LABEL in build_traces.__doc__
@@ -75,8 +76,7 @@ def test_action_copies_name_from_an_earlier_observation(traces):
 
 
 def test_docs_are_cut_but_names_kept():
-    api = {"category_name": "C", "tool_name": "T", "api_name": "a" * 50, "api_description": "d" * 500,
-           "method": "GET", "required_parameters": [], "optional_parameters": []}
+    api = Api("C", "T", "a" * 50, "d" * 500, "GET")
     doc = render_doc(api, 40)
     assert doc.startswith('{"name": "T.' + "a" * 50 + '"') and doc.endswith(" ...")
     assert len(render_doc(api, 120)) == 120 + len(" ...")
@@ -122,3 +122,19 @@ def test_bad_arguments():
 def test_trace_type(traces):
     assert isinstance(traces[0], ToolTrace) and len(traces[0].rounds) == 4
     assert traces[0].text().startswith(traces[0].prefix)
+
+
+def test_generated_mask_is_the_assistant_turns(traces, tok):
+    """Generated tokens: from right after each "<|im_start|>assistant\\n" to the round's end; the prefix and every
+    tool turn (observation) are not generated. Checked against the decoded text of each run."""
+    for t in traces[:4]:
+        tt = tokenize_trace(t, tok)
+        g = tt.generated_mask
+        assert len(g) == len(tt.input_ids) and not any(g[: tt.prefix_len])
+        assert all(g[i] for i in range(len(g)) if tt.action_mask[i])  # every action token is generated
+        for (s, e), r in zip(tt.round_spans, t.rounds):
+            gen = [i for i in range(s, e) if g[i]]
+            assert gen == list(range(gen[0], e))  # one run that ends the round
+            assert tok.decode(tt.input_ids[gen[0]:e]) == f"{r.reasoning}\n{r.action}<|im_end|>\n"
+            assert tok.decode(tt.input_ids[s:gen[0]]).endswith("<|im_start|>assistant\n")
+            assert r.observation in tok.decode(tt.input_ids[s:gen[0]])

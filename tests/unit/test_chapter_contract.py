@@ -1,0 +1,40 @@
+"""Contracts between each started chapter's catalogue entry, committed notebook and smoke profile."""
+
+import nbformat
+import pytest
+import yaml
+
+from agentpost.catalogue import chapters
+from agentpost.evidence.recording import SCRAP_MIME
+from agentpost.run.params import notebook_defaults
+
+STARTED = [c for c in chapters() if c.started]
+
+
+def glued_names(notebook) -> set[str]:
+    """Names of every value recorded in the notebook's committed outputs (glue, glue_table, glue_paired, ...)."""
+    nb = nbformat.read(notebook, as_version=4)
+    return {out["data"][SCRAP_MIME]["name"] for cell in nb.cells if cell.cell_type == "code"
+            for out in cell.get("outputs", []) if SCRAP_MIME in out.get("data", {})}
+
+
+def test_some_chapters_are_started():
+    assert {"actkv", "kite", "toolsearcher"} <= {c.id for c in STARTED}
+
+
+@pytest.mark.parametrize("chapter", STARTED, ids=lambda c: c.id)
+def test_every_claim_metric_is_glued_in_the_committed_notebook(chapter):
+    glued = glued_names(chapter.notebook)
+    missing = {f"{claim.id}: {m}" for claim in chapter.claims for m in claim.metrics if m not in glued}
+    assert not missing, f"{chapter.id}: catalogue metrics not glued in notebooks/{chapter.id}.ipynb: {sorted(missing)}"
+
+
+@pytest.mark.parametrize("chapter", STARTED, ids=lambda c: c.id)
+def test_parameters_cell_defaults_equal_the_smoke_profile(chapter):
+    defaults = notebook_defaults(chapter.notebook)
+    smoke = (yaml.safe_load(chapter.profile_path("smoke").read_text()) or {}).get("parameters", {})
+    assert defaults.pop("seed", None) == 42, f"{chapter.id}: the parameters cell needs seed = 42"
+    differ = {k: (defaults.get(k, "<absent>"), smoke.get(k, "<absent>")) for k in set(defaults) | set(smoke)
+              if k not in defaults or k not in smoke or defaults[k] != smoke[k] or type(defaults[k]) is bool
+              and type(smoke[k]) is not bool}
+    assert not differ, f"{chapter.id}: notebook default vs params/{chapter.id}/smoke.yaml: {differ}"
