@@ -131,7 +131,8 @@ def main(argv: list[str] | None = None) -> int:
             for p in paths:
                 print(f"[{chapter}] kernel path {p} ...", flush=True)
                 per_path[p], walls[p] = run_path(chapter, KERNEL_PATHS[p], Path(tmp))
-        result = {"chapter": chapter, "seed": 42, "profile": "smoke (notebook defaults)", "paths": KERNEL_PATHS,
+        result = {"chapter": chapter, "seed": 42, "profile": "smoke (notebook defaults)", "paths": paths,
+                  "environments": {p: KERNEL_PATHS[p] for p in paths},
                   "wall_s": walls, "device": device_info(), "packages": package_versions(),
                   "paired": paired_spread(per_path), "values": spread_table(per_path)}
         out = SPREAD_DIR / f"{chapter}.json"
