@@ -10,7 +10,8 @@ checks those values too, in every executed cell, against the committed notebook'
   the committed notebook and three runs of it with ``ATEN_CPU_CAPABILITY=default``, ``=avx2`` and
   ``OMP_NUM_THREADS=1``). Four runs underestimate the full range over machines, hence the factor. A value without a measurement must match to ``RTOL``.
 * strings (verdicts, selected arms): equal to the committed one, or to one of the values seen across kernel paths.
-* values named in ``TIMINGS`` (wall-clock measurements) are not compared: no machine reproduces them.
+* values matching ``NOT_REPRODUCIBLE`` are not compared: wall-clock measurements and the facts of the machine
+  itself (``show_device``'s ``run_environment``), which no other machine reproduces.
 
 Enable with ``-p tests.notebooks.glue_regression`` (the Makefile's nbval step does).
 """
@@ -32,10 +33,11 @@ SPREAD_DIR = ROOT / "book" / "spread"
 SPREAD_FACTOR = 3.0
 RTOL = 1e-6
 ATOL = 1e-9
-#: Glued names (fnmatch patterns over flattened names) that are wall-clock measurements, per chapter.
-TIMINGS: dict[str, tuple[str, ...]] = {
-    "*": ("*_ms*", "*_s", "*wall*", "*seconds*", "*time_ratio*", "*gflops*", "*latency*", "*throughput*",
-          "*overhead_frac*", "*decode_ratio*", "*ms_per_token*"),
+#: Glued names (fnmatch patterns over flattened names) that no other machine reproduces, per chapter ("*": all):
+#: wall-clock measurements and the run's own device and package facts.
+NOT_REPRODUCIBLE: dict[str, tuple[str, ...]] = {
+    "*": ("run_environment*", "*_ms*", "*_s", "*wall*", "*seconds*", "*time_ratio*", "*gflops*", "*latency*",
+          "*throughput*", "*overhead_frac*", "*decode_ratio*", "*ms_per_token*"),
 }
 
 
@@ -73,8 +75,8 @@ def measured_spread(chapter: str) -> dict[str, dict]:
     return json.loads(path.read_text())["values"] if path.is_file() else {}
 
 
-def is_timing(chapter: str, name: str) -> bool:
-    patterns = TIMINGS.get("*", ()) + TIMINGS.get(chapter, ())
+def not_reproducible(chapter: str, name: str) -> bool:
+    patterns = NOT_REPRODUCIBLE.get("*", ()) + NOT_REPRODUCIBLE.get(chapter, ())
     return any(fnmatch.fnmatch(name, p) for p in patterns)
 
 
@@ -90,7 +92,7 @@ def _number(x) -> float | None:
 
 def check_value(chapter: str, name: str, committed, executed) -> str | None:
     """The reason ``executed`` is not an acceptable reproduction of ``committed``, or None."""
-    if is_timing(chapter, name):
+    if not_reproducible(chapter, name):
         return None
     measured = measured_spread(chapter).get(name, {})
     c, e = _number(committed), _number(executed)
@@ -122,7 +124,7 @@ def pytest_runtest_call(item):
         chapter = Path(str(item.fspath)).stem
         committed, executed = glued(item.cell.get("outputs")), glued(item.test_outputs)
         problems = [f"{name}: recorded in the committed notebook, not by this run"
-                    for name in committed if name not in executed and not is_timing(chapter, name)]
+                    for name in committed if name not in executed and not not_reproducible(chapter, name)]
         problems += [p for name in committed if name in executed
                      for p in [check_value(chapter, name, committed[name], executed[name])] if p]
         if problems:

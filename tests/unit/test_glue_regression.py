@@ -46,8 +46,9 @@ def test_strings_match_committed_or_a_value_seen_on_a_kernel_path(monkeypatch):
     assert "worse" in gr.check_value("c", "verdict", "better", "worse")
 
 
-def test_timings_are_not_compared(monkeypatch):
+def test_timings_and_machine_facts_are_not_compared(monkeypatch):
     monkeypatch.setattr(gr, "measured_spread", lambda chapter: {})
     assert gr.check_value("kite", "decode_ms_per_token", 1.0, 100.0) is None
     assert gr.check_value("kite", "prefill_time_ratio_sst_vs_dense_flops_longest", 0.5, 0.9) is None
+    assert gr.check_value("kite", "run_environment.device.name", "AMD EPYC", "Intel Xeon") is None
     assert gr.check_value("kite", "test_nll_sst_nats", 6.0, 6.5) is not None
