@@ -20,7 +20,7 @@ book: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q -p no:cacheprovider tests
-	$(BIN)/python -m pytest -q -p no:cacheprovider --nbval-lax --nbval-sanitize-with tests/notebooks/sanitize.cfg notebooks
+	$(BIN)/python -m pytest -q -p no:cacheprovider -p tests.notebooks.glue_regression --nbval-lax --nbval-sanitize-with tests/notebooks/sanitize.cfg notebooks
 
 lab: $(STAMP)
 	$(BIN)/jupyter lab notebooks

@@ -1,0 +1,151 @@
+"""How much a chapter's glued results move between CPU kernel paths (issue "verdicts that hold up", item 6).
+
+Runs a chapter's notebook at its smoke defaults (seed 42) once per kernel path -- ``ATEN_CPU_CAPABILITY=default``,
+``ATEN_CPU_CAPABILITY=avx2``, ``OMP_NUM_THREADS=1`` and, if asked, torch's native dispatch on this CPU -- and
+records every glued value of every run next to the committed notebook's (one more path: the machine that refreshed
+it). The spread of a value is ``max - min`` over the paths; for a paired comparison it is the spread of its
+estimate, set next to its MDE, so a reader sees whether machine noise is below the effect the protocol could
+detect. The result is written to ``book/spread/<chapter>.json`` (committed: the evidence pages and the
+nbval glue-regression tolerances read it) and printed as a table.
+
+    python benchmarks/kernel_path_spread.py kite actkv
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import nbformat
+import papermill
+
+from agentpost.evidence.environment import device_info, package_versions
+from agentpost.evidence.recording import read_scraps
+
+ROOT = Path(__file__).resolve().parents[1]
+SPREAD_DIR = ROOT / "book" / "spread"
+
+#: kernel path name -> environment overrides. "native" is whatever torch dispatches to on this CPU.
+KERNEL_PATHS: dict[str, dict[str, str]] = {
+    "default": {"ATEN_CPU_CAPABILITY": "default"},
+    "avx2": {"ATEN_CPU_CAPABILITY": "avx2"},
+    "threads1": {"OMP_NUM_THREADS": "1"},
+    "native": {},
+}
+DEFAULT_PATHS = ("default", "avx2", "threads1")
+
+
+def flatten(value, prefix: str = "") -> dict[str, float | str]:
+    """Glued values as ``{dotted.name: number or string}`` (lists and tables are indexed)."""
+    out: dict[str, float | str] = {}
+    if isinstance(value, dict):
+        for k, v in value.items():
+            out.update(flatten(v, f"{prefix}.{k}" if prefix else str(k)))
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            out.update(flatten(v, f"{prefix}[{i}]"))
+    elif isinstance(value, bool) or value is None:
+        out[prefix] = str(value)
+    elif isinstance(value, (int, float)):
+        out[prefix] = float(value)
+    else:
+        out[prefix] = str(value)
+    return out
+
+
+def run_path(chapter: str, env: dict[str, str], workdir: Path) -> tuple[dict, float]:
+    """Execute ``notebooks/<chapter>.ipynb`` once with ``env`` added to the kernel's environment."""
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    out_nb = workdir / f"{chapter}.ipynb"
+    t0 = time.perf_counter()
+    try:
+        papermill.execute_notebook(str(ROOT / "notebooks" / f"{chapter}.ipynb"), str(out_nb), kernel_name="python3",
+                                   cwd=str(ROOT / "notebooks"), progress_bar=False)
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    wall = time.perf_counter() - t0
+    return read_scraps(nbformat.read(out_nb, as_version=4)), wall
+
+
+def spread_table(per_path: dict[str, dict]) -> dict[str, dict]:
+    """Per flattened value: the value on each path, ``spread`` (max - min) for numbers, ``same`` for strings."""
+    flat = {p: {k: v for name, val in scraps.items() for k, v in flatten(val, name).items()}
+            for p, scraps in per_path.items()}
+    keys = sorted(set().union(*flat.values()))
+    rows = {}
+    for k in keys:
+        values = {p: flat[p].get(k) for p in flat}
+        nums = [v for v in values.values() if isinstance(v, float) and math.isfinite(v)]
+        row: dict = {"values": values}
+        if len(nums) == len(values):
+            row["spread"] = max(nums) - min(nums)
+        else:
+            row["same"] = len({json.dumps(v) for v in values.values()}) == 1
+        rows[k] = row
+    return rows
+
+
+def paired_spread(per_path: dict[str, dict]) -> list[dict]:
+    """For every comparison recorded with ``glue_paired``: estimate spread over paths next to its MDE."""
+    first = next(iter(per_path.values()))
+    rows = []
+    for name, val in first.items():
+        if not (isinstance(val, dict) and "verdict" in val and "estimate" in val):
+            continue
+        est = {p: s[name]["estimate"] for p, s in per_path.items() if name in s}
+        verdicts = {p: s[name]["verdict"] for p, s in per_path.items() if name in s}
+        mdes = [s[name]["mde"] for s in per_path.values() if name in s]
+        rows.append({"comparison": name, "estimate": est, "estimate_spread": max(est.values()) - min(est.values()),
+                     "mde": max(mdes), "verdicts": verdicts, "spread_below_mde": max(est.values()) - min(est.values()) < min(mdes)})
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("chapters", nargs="+")
+    parser.add_argument("--paths", default=",".join(DEFAULT_PATHS), help="comma-separated kernel paths to run")
+    args = parser.parse_args(argv)
+    paths = args.paths.split(",")
+    unknown = sorted(set(paths) - set(KERNEL_PATHS))
+    if unknown:
+        parser.error(f"unknown kernel path(s) {unknown}; known: {sorted(KERNEL_PATHS)}")
+    for chapter in args.chapters:
+        if not (ROOT / "notebooks" / f"{chapter}.ipynb").is_file():
+            parser.error(f"no notebook notebooks/{chapter}.ipynb")
+    SPREAD_DIR.mkdir(parents=True, exist_ok=True)
+    for chapter in args.chapters:
+        committed = nbformat.read(ROOT / "notebooks" / f"{chapter}.ipynb", as_version=4)
+        per_path, walls = {"committed": read_scraps(committed)}, {}
+        with tempfile.TemporaryDirectory() as tmp:
+            for p in paths:
+                print(f"[{chapter}] kernel path {p} ...", flush=True)
+                per_path[p], walls[p] = run_path(chapter, KERNEL_PATHS[p], Path(tmp))
+        result = {"chapter": chapter, "seed": 42, "profile": "smoke (notebook defaults)", "paths": paths,
+                  "environments": {p: KERNEL_PATHS[p] for p in paths},
+                  "wall_s": walls, "device": device_info(), "packages": package_versions(),
+                  "paired": paired_spread(per_path), "values": spread_table(per_path)}
+        out = SPREAD_DIR / f"{chapter}.json"
+        out.write_text(json.dumps(result, indent=1, sort_keys=True) + "\n")
+        print(f"\n{chapter}: {len(result['values'])} glued values over paths {paths} -> {out.relative_to(ROOT)}")
+        print(f"{'comparison':48s} {'spread':>10s} {'MDE':>10s}  verdicts")
+        for row in result["paired"]:
+            print(f"{row['comparison']:48s} {row['estimate_spread']:10.4g} {row['mde']:10.4g}  "
+                  f"{sorted(set(row['verdicts'].values()))}")
+        moved = sorted(((r["spread"], k) for k, r in result["values"].items() if r.get("spread")), reverse=True)[:15]
+        print(f"\nlargest numeric spreads:\n" + "\n".join(f"  {k:60s} {s:.3g}" for s, k in moved))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

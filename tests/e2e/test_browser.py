@@ -1,0 +1,111 @@
+"""The built book in a real browser (headless Chromium driven by Playwright): what a reader sees.
+
+The book is built from the committed notebooks in a throwaway copy of the project (no runs: the evidence pages
+then say so). Every page -- the index, the ledger, each chapter and evidence page -- must load with no console
+error; every glued value (``{glue:text}``) must be visible and non-empty; math must be typeset by MathJax (served
+from the book itself, so this holds offline); every image must load; every local link and anchor must resolve.
+Chromium comes from the Debian package (``.ci/run`` installs it where missing).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from urllib.parse import unquote, urlparse
+
+import pytest
+
+from agentpost.project import project_root
+
+REPO = project_root()
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="no chromium on PATH (install the Debian package 'chromium')")
+
+
+@pytest.fixture(scope="module")
+def html_root(tmp_path_factory) -> Path:
+    project = tmp_path_factory.mktemp("browser-book")
+    for name in ("pyproject.toml", "setup.py", "_config.yml"):
+        if (REPO / name).exists():
+            shutil.copy(REPO / name, project / name)
+    for folder in ("book", "params", "notebooks"):
+        shutil.copytree(REPO / folder, project / folder, ignore=shutil.ignore_patterns("runs", "generated", "__pycache__"))
+    report = project / "claims.json"
+    report.write_text("{}")
+    env = {**os.environ, "AGENTPOST_ROOT": str(project)}
+    ledger = subprocess.run([sys.executable, "-m", "agentpost", "ledger", "--claims-report", str(report)], cwd=project,
+                            env=env, capture_output=True, text=True)
+    assert ledger.returncode == 0, ledger.stderr[-3000:]
+    jb = shutil.which("jupyter-book", path=str(Path(sys.executable).parent)) or "jupyter-book"
+    build = subprocess.run([jb, "build", str(project), "-W", "-n", "--keep-going", "--path-output", str(project)],
+                           cwd=project, env=env, capture_output=True, text=True)
+    assert build.returncode == 0, build.stdout[-3000:] + build.stderr[-3000:]
+    return project / "_build" / "html"
+
+
+def book_pages(html: Path) -> list[Path]:
+    """The index (the page its redirect points to), the ledger, every chapter and every evidence page."""
+    index = html / "index.html"
+    redirect = re.search(r'http-equiv="Refresh" content="0; url=([^"]+)"', index.read_text(encoding="utf-8"), re.I)
+    pages = [(html / redirect.group(1)) if redirect else index, html / "book" / "generated" / "ledger.html"]
+    pages += sorted((html / "notebooks").glob("*.html")) + sorted((html / "book" / "generated" / "evidence").glob("*.html"))
+    return [p for p in pages if p.is_file()]
+
+
+def _ids(page: Path, cache: dict) -> set[str]:
+    if page not in cache:
+        cache[page] = set(re.findall(r'\bid="([^"]+)"', page.read_text(encoding="utf-8")))
+    return cache[page]
+
+
+def test_every_page_loads_cleanly_with_values_math_images_and_links(html_root):
+    from playwright.sync_api import sync_playwright
+
+    pages = book_pages(html_root)
+    notebooks = sorted(p.stem for p in (REPO / "notebooks").glob("*.ipynb"))
+    assert {p.stem for p in pages if p.parent.name == "notebooks"} == set(notebooks)
+    problems: list[str] = []
+    ids_cache: dict = {}
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
+        for path in pages:
+            page = browser.new_page()
+            errors: list[str] = []
+            page.on("console", lambda msg, errors=errors: errors.append(msg.text) if msg.type == "error" else None)
+            page.on("pageerror", lambda exc, errors=errors: errors.append(str(exc)))
+            page.goto(path.as_uri(), wait_until="load")
+            name = path.relative_to(html_root).as_posix()
+            if page.evaluate("document.querySelector('.math') !== null"):
+                page.wait_for_function("window.MathJax && MathJax.startup && MathJax.startup.promise", timeout=20000)
+                page.evaluate("MathJax.startup.promise")
+                typeset = page.evaluate("document.querySelectorAll('mjx-container').length")
+                raw = page.evaluate("Array.from(document.querySelectorAll('.math')).filter(e => !e.querySelector('mjx-container')).length")
+                if not typeset or raw:
+                    problems.append(f"{name}: math not typeset ({typeset} typeset, {raw} raw)")
+            empty = page.evaluate("Array.from(document.querySelectorAll('.pasted-text, .pasted-inline'))"
+                                  ".filter(e => !e.textContent.trim() || e.offsetParent === null).length")
+            if empty:
+                problems.append(f"{name}: {empty} glued value(s) empty or hidden")
+            broken = page.evaluate("Array.from(document.images).filter(i => !(i.complete && i.naturalWidth > 0))"
+                                   ".map(i => i.getAttribute('src') || '').slice(0, 5)")
+            if broken:
+                problems.append(f"{name}: images that do not load: {broken}")
+            for href in page.evaluate("Array.from(document.querySelectorAll('a[href]')).map(a => a.href)"):
+                url = urlparse(href)
+                if url.scheme != "file":
+                    continue
+                target = Path(unquote(url.path))
+                if not target.exists():
+                    problems.append(f"{name}: link to missing {target.relative_to(html_root) if html_root in target.parents else target}")
+                elif url.fragment and target.suffix == ".html" and unquote(url.fragment) not in _ids(target, ids_cache):
+                    problems.append(f"{name}: anchor #{url.fragment} not in {target.name}")
+            if errors:
+                problems.append(f"{name}: console errors {errors[:3]}")
+            page.close()
+        browser.close()
+    assert not problems, "\n".join(problems)
