@@ -35,6 +35,7 @@ class RecallStreamSpec:
     sharpness: float = 16.0         # inverse temperature of the recall attention (on key cosines)
     n_sinks: int = 4                # attention-sink tokens every policy keeps
     n_recent: int = 8               # recent-window tokens every policy keeps
+    drift_norm: str = "relative"    # spec ambiguity 1: relative (with eps 1e-6) or absolute
 
     def __post_init__(self):
         for name in ("n_facts", "n_distractor_chunks", "n_distractor_kinds", "chunk_size", "d_model", "d_key"):
@@ -79,7 +80,7 @@ def make_stream(spec: RecallStreamSpec, seed: int) -> RecallStream:
     g = torch.full((1, T, 1), float(torch.log(torch.tensor(spec.alpha))))
     beta = torch.full((1, T, 1), spec.beta)
     _, _, drift = chunk_gated_delta(unit[None, :, None], unit[None, :, None], values[None, :, None], g, beta,
-                                    chunk_size=spec.chunk_size)
+                                    chunk_size=spec.chunk_size, drift_norm=spec.drift_norm)
     offset = torch.randint(0, spec.chunk_size, (spec.n_facts,), generator=gen)
     query = torch.tensor([fact_chunk[f] * spec.chunk_size for f in range(spec.n_facts)]) + offset
     return RecallStream(keys, values, torch.arange(T) // spec.chunk_size, torch.tensor(is_fact), drift[0, 0], query)

@@ -77,10 +77,11 @@ def recurrent_gated_delta(q, k, v, g, beta, *, initial_state=None, scale: float 
 
 
 def chunk_gated_delta(q, k, v, g, beta, *, initial_state=None, scale: float | None = None, chunk_size: int = 64,
-                      drift_norm: str = "relative", eps: float = 1e-6):
+                      with_drift: bool = True, drift_norm: str = "relative", eps: float = 1e-6):
     """Chunked (UT-transform) gated delta rule with the drift of every chunk. Returns ``(o, final_state, drift)``.
 
-    Same results as :func:`recurrent_gated_delta` to float tolerance; ``drift`` is ``[B, H, ceil(T / chunk_size)]``.
+    Same results as :func:`recurrent_gated_delta` to float tolerance; ``drift`` is ``[B, H, ceil(T / chunk_size)]``
+    (None when ``with_drift`` is False).
     """
     _check(q, k, v, g, beta)
     if chunk_size < 1:
@@ -105,6 +106,7 @@ def chunk_gated_delta(q, k, v, g, beta, *, initial_state=None, scale: float | No
         U = torch.linalg.solve_triangular(torch.eye(C) + A, rhs, upper=False, unitriangular=True)
         o[:, :, sl] = G.exp()[..., None] * (qc @ S) + (decay * (qc @ kc.transpose(-1, -2))) @ U
         S_new = G[..., -1:, None].exp() * S + kc.transpose(-1, -2) @ ((G[..., -1:] - G).exp()[..., None] * U)
-        drifts.append(state_drift(S, S_new, drift_norm=drift_norm, eps=eps))
+        if with_drift:
+            drifts.append(state_drift(S, S_new, drift_norm=drift_norm, eps=eps))
         S = S_new
-    return o.transpose(1, 2), S, torch.stack(drifts, dim=-1)
+    return o.transpose(1, 2), S, (torch.stack(drifts, dim=-1) if with_drift else None)

@@ -127,5 +127,5 @@ def chunk_gated_delta_drift_reference(q, k, v, g, beta, initial_state=None, *, s
     """Torch reference of :func:`chunk_gated_delta_drift` (same signature): :func:`agentpost.deltas.rule.chunk_gated_delta`."""
     _validate(q, k, v, g, beta, initial_state, chunk_size, drift_norm)
     o, final, drift = chunk_gated_delta(q, k, v, g, beta, initial_state=initial_state, scale=scale,
-                                        chunk_size=chunk_size, drift_norm=drift_norm, eps=eps)
-    return o.to(v.dtype), final, (drift if with_drift else None)
+                                        chunk_size=chunk_size, with_drift=with_drift, drift_norm=drift_norm, eps=eps)
+    return o.to(v.dtype), final, drift
