@@ -1,0 +1,112 @@
+"""The gated delta rule and its state drift (spec ``papers/deltas.md``, "Gated delta rule" and "Drift score").
+
+Layout and conventions follow flash-linear-attention's ``chunk_gated_delta_rule`` and transformers'
+``models/qwen3_5/modeling_qwen3_5.py::torch_recurrent_gated_delta_rule`` (the layers of the hybrid model this
+chapter runs): ``q, k`` ``[B, T, H, d_k]``, ``v`` ``[B, T, H, d_v]``, log-decay ``g = log(alpha)`` and write
+strength ``beta`` ``[B, T, H]``, state ``S`` ``[B, H, d_k, d_v]`` (the transpose of the spec's ``d_v x d_k``, so
+``S^T k ~ v``). Per token (spec form, transposed):
+
+    S_t = alpha_t S_{t-1} + k_t (beta_t (v_t - alpha_t S_{t-1}^T k_t))^T,        o_t = S_t^T (scale * q_t)
+
+Keys are expected L2-normalised (the model does it). The chunked form is the WY / UT-transform one: within a chunk
+of ``C`` tokens with cumulative log-decay ``G_t = sum_{i<=t} g_i`` the written pseudo-values ``U`` solve the unit
+lower-triangular system ``(I + A) U = diag(beta) (V - diag(e^G) K S_0)`` with
+``A_tj = beta_t e^{G_t - G_j} k_t.k_j`` for ``j < t``; then ``O = diag(e^G) Q S_0 + (e^{G_t-G_j} q_t.k_j)_{j<=t} U``
+and ``S_C = e^{G_C} S_0 + K^T diag(e^{G_C - G}) U``.
+
+Drift of a chunk (third-party reading of Eq. 3), per head: ``||S_after - S_before||_F / (||S_before||_F + eps)``
+(``drift_norm="relative"``, the spec default) or the numerator alone (``"absolute"``).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+DRIFT_NORMS = ("relative", "absolute")
+
+
+def _check(q, k, v, g, beta):
+    if q.dim() != 4 or k.shape != q.shape or v.shape[:3] != q.shape[:3]:
+        raise ValueError(f"q, k must be [B, T, H, d_k] and v [B, T, H, d_v]; got {tuple(q.shape)}, {tuple(k.shape)}, "
+                         f"{tuple(v.shape)}")
+    if g.shape != q.shape[:3] or beta.shape != q.shape[:3]:
+        raise ValueError(f"g and beta must be [B, T, H] = {tuple(q.shape[:3])}; got {tuple(g.shape)}, {tuple(beta.shape)}")
+
+
+def state_drift(before: torch.Tensor, after: torch.Tensor, *, drift_norm: str = "relative",
+                eps: float = 1e-6) -> torch.Tensor:
+    """Per-head drift ``||after - before||_F / (||before||_F + eps)`` over the last two dims (spec ambiguity 1)."""
+    if drift_norm not in DRIFT_NORMS:
+        raise ValueError(f"drift_norm must be one of {DRIFT_NORMS}, got {drift_norm!r}")
+    change = torch.linalg.matrix_norm((after - before).float())
+    if drift_norm == "absolute":
+        return change
+    return change / (torch.linalg.matrix_norm(before.float()) + eps)
+
+
+def _scale(scale: float | None, d_k: int) -> float:
+    return 1.0 / math.sqrt(d_k) if scale is None else float(scale)
+
+
+def recurrent_gated_delta(q, k, v, g, beta, *, initial_state=None, scale: float | None = None,
+                          chunk_size: int | None = None, drift_norm: str = "relative", eps: float = 1e-6):
+    """Token-by-token gated delta rule (the reference). Returns ``(o, final_state, drift)``.
+
+    ``drift`` is ``[B, H, n_chunks]`` for chunks of ``chunk_size`` tokens (the last one may be shorter), or None.
+    """
+    _check(q, k, v, g, beta)
+    B, T, H, dk = k.shape
+    dv = v.shape[-1]
+    s = _scale(scale, dk)
+    q, k, v, g, beta = (x.transpose(1, 2).float() for x in (q, k, v, g, beta))
+    S = torch.zeros(B, H, dk, dv) if initial_state is None else initial_state.float().clone()
+    o = torch.zeros(B, H, T, dv)
+    drifts, before = [], S.clone()
+    for t in range(T):
+        S = S * g[:, :, t].exp()[..., None, None]
+        delta = beta[:, :, t, None] * (v[:, :, t] - torch.einsum("bhkv,bhk->bhv", S, k[:, :, t]))
+        S = S + k[:, :, t, :, None] * delta[:, :, None, :]
+        o[:, :, t] = torch.einsum("bhkv,bhk->bhv", S, s * q[:, :, t])
+        if chunk_size and ((t + 1) % chunk_size == 0 or t == T - 1):
+            drifts.append(state_drift(before, S, drift_norm=drift_norm, eps=eps))
+            before = S.clone()
+    drift = torch.stack(drifts, dim=-1) if chunk_size else None
+    return o.transpose(1, 2), S, drift
+
+
+def chunk_gated_delta(q, k, v, g, beta, *, initial_state=None, scale: float | None = None, chunk_size: int = 64,
+                      with_drift: bool = True, drift_norm: str = "relative", eps: float = 1e-6):
+    """Chunked (UT-transform) gated delta rule with the drift of every chunk. Returns ``(o, final_state, drift)``.
+
+    Same results as :func:`recurrent_gated_delta` to float tolerance; ``drift`` is ``[B, H, ceil(T / chunk_size)]``
+    (None when ``with_drift`` is False).
+    """
+    _check(q, k, v, g, beta)
+    if chunk_size < 1:
+        raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
+    B, T, H, dk = k.shape
+    dv = v.shape[-1]
+    s = _scale(scale, dk)
+    q, k, v, g, beta = (x.transpose(1, 2).float() for x in (q, k, v, g, beta))
+    S = torch.zeros(B, H, dk, dv) if initial_state is None else initial_state.float().clone()
+    o = torch.empty(B, H, T, dv)
+    drifts = []
+    for c0 in range(0, T, chunk_size):
+        sl = slice(c0, min(c0 + chunk_size, T))
+        qc, kc, vc, bc = s * q[:, :, sl], k[:, :, sl], v[:, :, sl], beta[:, :, sl]
+        G = g[:, :, sl].cumsum(-1)                                     # [B, H, C]
+        C = G.shape[-1]
+        lower = torch.ones(C, C, dtype=torch.bool).tril()
+        strict = lower.clone().fill_diagonal_(False)
+        decay = torch.where(lower, (G[..., :, None] - G[..., None, :]).masked_fill(~lower, 0.0).exp(), 0.0)
+        A = torch.where(strict, bc[..., :, None] * decay * (kc @ kc.transpose(-1, -2)), 0.0)
+        rhs = bc[..., None] * (vc - G.exp()[..., None] * (kc @ S))
+        U = torch.linalg.solve_triangular(torch.eye(C) + A, rhs, upper=False, unitriangular=True)
+        o[:, :, sl] = G.exp()[..., None] * (qc @ S) + (decay * (qc @ kc.transpose(-1, -2))) @ U
+        S_new = G[..., -1:, None].exp() * S + kc.transpose(-1, -2) @ ((G[..., -1:] - G).exp()[..., None] * U)
+        if with_drift:
+            drifts.append(state_drift(S, S_new, drift_norm=drift_norm, eps=eps))
+        S = S_new
+    return o.transpose(1, 2), S, (torch.stack(drifts, dim=-1) if with_drift else None)
