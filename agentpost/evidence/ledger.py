@@ -18,6 +18,7 @@ from agentpost.evidence import receipt as rc
 from agentpost.evidence.levels import LEVELS, ClaimStatus, Run, collect_runs, ledger_rows, newest_configuration, read_claims_report
 from agentpost.evidence.paired_table import paired_rows
 from agentpost.evidence.recording import format_value
+from agentpost.evidence.spread import spread_section
 from agentpost.project import project_root
 
 GENERATED = "book/generated"
@@ -143,6 +144,7 @@ def evidence_page(chapter: Chapter, runs, rows: list[ClaimStatus], out_dir: Path
         if table := paired_rows(r.receipt for r in group):
             lines += ["", "### Paired comparisons recorded by each run", "", table]
         lines.append("")
+    lines += spread_section(project_root(), chapter.id)
     return "\n".join(lines) + "\n"
 
 
