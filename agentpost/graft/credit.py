@@ -58,6 +58,7 @@ class Credit:
     graph: TrajectoryGraph | None = None
     values: ValueResult | None = None
     raw: np.ndarray | None = None  # per-edge advantage before normalisation (graph methods)
+    td: np.ndarray | None = None  # per-edge TD(0) residual, eq. 8 (GRAFT methods)
 
     @property
     def flat(self) -> np.ndarray:
@@ -100,12 +101,11 @@ def _gigpo(trajectories, cfg: CreditConfig) -> Credit:
 def _graft(trajectories, cfg: CreditConfig, *, gae: bool) -> Credit:
     graph = graph_of(trajectories, cfg)
     values = bellman_values(graph, gamma=cfg.gamma, tol=cfg.tol, value_weighting=cfg.value_weighting)
-    adv = td0_advantages(graph, values.values, gamma=cfg.gamma, include_step_rewards=cfg.include_step_rewards)
-    if gae:
-        adv = graph_gae(graph, adv, gamma=cfg.gamma, lam=cfg.lam, gae_edges=cfg.gae_edges)
+    td = td0_advantages(graph, values.values, gamma=cfg.gamma, include_step_rewards=cfg.include_step_rewards)
+    adv = graph_gae(graph, td, gamma=cfg.gamma, lam=cfg.lam, gae_edges=cfg.gae_edges) if gae else td
     final = node_normalise(graph, adv, eps=cfg.norm_eps, ddof=cfg.norm_ddof, norm_group=cfg.norm_group) \
         if cfg.normalise else adv
-    return Credit(graph.split(final), graph=graph, values=values, raw=adv)
+    return Credit(graph.split(final), graph=graph, values=values, raw=adv, td=td)
 
 
 CREDIT_METHODS: dict[str, Callable[[Sequence[Trajectory], CreditConfig], Credit]] = {
