@@ -56,10 +56,16 @@ class TextGridworld:
 class MiniHackRoom:
     """A MiniHack room with its own step limit ``max_episode_steps`` (see the module docstring).
 
-    When the game ends on success NetHack clears the screen: the final state string is the blank glyph screen (one
-    shared "win" sink); its ``pos`` is the square the last move entered (for figures). NLE checks its step limit
-    before success, so reaching the goal on the very last allowed step counts as truncation.
+    When NetHack ends the game it clears the screen, on success and at the step limit alike, so the last observation
+    is lost. On success the final state string is that blank glyph screen (one shared win sink, ``pos`` = the square
+    the last move entered); at the step limit it is :data:`TIMEOUT` (one shared sink with R = 0, ``pos`` None):
+    graft.md §3.1 makes the final state of every trajectory, "max turns reached" included, a sink with its R_i, and
+    sinks with equal R are interchangeable in eqs. 5-11. NLE checks its step limit before success, so reaching the
+    goal on the very last allowed step counts as truncation.
     """
+
+    #: the final state string of a rollout that hit the step limit
+    TIMEOUT = b"timeout"
 
     #: (dx, dy) of MiniHack's eight navigation actions N, E, S, W, NE, SE, SW, NW
     MOVES = ((0, -1), (1, 0), (0, 1), (-1, 0), (1, -1), (1, 1), (-1, 1), (-1, -1))
@@ -100,6 +106,8 @@ class MiniHackRoom:
         state, pos = self._state(obs)
         if success and action < len(self.MOVES):
             pos = (self.pos[0] + self.MOVES[action][0], self.pos[1] + self.MOVES[action][1])
+        elif truncated:
+            state, pos = self.TIMEOUT, None
         self.pos = pos
         return state, pos, float(success), bool(done and not truncated), truncated
 

@@ -11,13 +11,18 @@ from agentpost.graft.values import bellman_values
 def plot_group_graph(trajectories, positions, *, gamma: float, ax, title: str = ""):
     """Nodes at the agent's (x, y), coloured by their Bellman value V (eq. 5); an arrow per distinct edge with width
     proportional to its count; sinks ringed (green: reward 1, red: reward 0). Self-loops (bumping into a wall) are
-    counted in the title, not drawn. Returns the graph and its values."""
+    counted in the title, not drawn; a state without a position (a time-out sink) is drawn beside the room.
+    Returns the graph, its values and the scatter artist."""
     graph = build_graph(trajectories)
     values = bellman_values(graph, gamma=gamma).values
     pos = {}
     for nodes, ps in zip(graph.node_of, positions):
         for n, p in zip(nodes, ps):
-            pos.setdefault(n, p)
+            if p is not None:
+                pos.setdefault(n, p)
+    known = np.asarray(list(pos.values()), dtype=float)
+    for k, n in enumerate(n for n in range(graph.n_nodes) if n not in pos):  # e.g. a time-out sink: beside the room
+        pos[n] = (known[:, 0].max() + 1.5, known[:, 1].min() + k)
     loops = 0
     for (u, _, v), count in graph.edge_counts().items():
         if u == v or pos[u] == pos[v]:

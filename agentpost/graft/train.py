@@ -173,13 +173,14 @@ def train_arm(env, cfg: TrainConfig, seed: int, *, keep_group: int | None = None
 def run_arms(env, base: TrainConfig, seeds: list[int], arms=ARMS, *, lr_by_arm: dict | None = None,
              progress: bool = True) -> dict:
     """Every arm on every seed with the same samples and updates: ``{arm: {seed: train_arm(...)}}``;
-    ``lr_by_arm`` overrides the learning rate per arm (e.g. as selected on validation seeds)."""
+    ``lr_by_arm`` overrides the learning rate per arm (e.g. as selected on validation seeds). Each run keeps the
+    group of its middle update for a figure."""
     out: dict = {arm: {} for arm in arms}
     bar = tqdm(total=len(arms) * len(seeds), desc="arms x seeds", disable=not progress)
     for seed in seeds:
         for arm in arms:
             cfg = replace(base, method=arm, lr=(lr_by_arm or {}).get(arm, base.lr))
-            out[arm][seed] = train_arm(env, cfg, seed, keep_group=0)
+            out[arm][seed] = train_arm(env, cfg, seed, keep_group=(base.updates // 2) * base.groups_per_update)
             bar.update()
     bar.close()
     return out

@@ -20,8 +20,9 @@ def room():
 def test_minihack_step_limit_is_truncation(room):
     room.reset(1, 2)
     for _ in range(4):
-        _, _, reward, terminated, truncated = room.step(0)  # north, into the wall
+        state, pos, reward, terminated, truncated = room.step(0)  # north, into the wall
     assert (reward, terminated, truncated) == (0.0, False, True)
+    assert (state, pos) == (MiniHackRoom.TIMEOUT, None)  # the cleared screen is not the win screen
 
 
 def test_minihack_itself_reports_the_limit_as_terminated(room):
