@@ -250,3 +250,35 @@ def test_bad_input_is_named():
     with pytest.raises(ValueError, match="gae_edges"):
         g, v, td = solved(worked())
         graph_gae(g, td, gamma=GAMMA, lam=LAM, gae_edges="unique")
+
+
+def test_sink_policy_for_a_final_state_seen_elsewhere():
+    """Ambiguity 5: T4 is truncated at s1, which is non-final in T1 and T3."""
+    trajs = worked() + [Trajectory(("s0", "s1"), ("a",), 0.0, terminated=False)]
+    normal = build_graph(trajs)
+    s1 = node(normal, trajs, "s1")
+    assert s1 not in normal.sink_value and normal.conflicts == 1
+    assert bellman_values(normal, gamma=GAMMA).values[s1] == pytest.approx(0.45)
+    fixed = build_graph(trajs, sink_policy="always")
+    assert fixed.sink_value[s1] == 0.0 and fixed.conflicts == 0
+    assert bellman_values(fixed, gamma=GAMMA).values[s1] == 0.0
+
+
+def test_step_rewards_enter_td0_and_break_the_identity():
+    """Ambiguity 4: A_t = r_t + gamma V' - V with a -0.1 penalty on every step (values stay eq. 5)."""
+    trajs = [Trajectory(tr.states, tr.actions, tr.reward, step_rewards=(-0.1,) * tr.length) for tr in worked()]
+    g, v, _ = solved(trajs)
+    td = td0_advantages(g, v.values, gamma=GAMMA, include_step_rewards=True)
+    assert g.split(td)[1] == pytest.approx([-0.37, -0.1])
+    gae = graph_gae(g, td, gamma=GAMMA, lam=LAM)
+    assert g.split(gae)[1][0] == pytest.approx(-0.37 + 0.855 * -0.1)  # hop 1 from s2: its one step, -0.1
+    assert mc_returns(trajs, gamma=GAMMA, include_step_rewards=True)[:2] == pytest.approx([-0.1 + 0.9 * (-0.1 + 0.9),
+                                                                                          -0.1 + 0.9])
+
+
+def test_norm_group_distinct_edges():
+    """Ambiguity 6: at s0 the distinct edges carry {0.135, -0.27}: mean -0.0675, population std 0.2025."""
+    trajs = worked()
+    g, _, td = solved(trajs)
+    per = g.split(node_normalise(g, td, norm_group="distinct"))
+    assert [per[0][0], per[1][0], per[2][0]] == pytest.approx([1.0, -1.0, 1.0], abs=1e-4)
