@@ -1,0 +1,186 @@
+"""The diagnostic's policy and training arms (graft.md, "Public small-model diagnostic"; Algorithm 1).
+
+A tabular softmax policy over canonical states (one row of logits per exact state hash, created at first visit,
+initialised to 0 = uniform). One update (Algorithm 1): ``groups_per_update`` groups of ``group_size`` rollouts (each
+group shares its NetHack seeds, i.e. one task), step credit per group by the arm's method
+(:func:`agentpost.graft.credit.step_credit`), then ``ppo_epochs`` gradient steps on the GRPO-C objective
+(:func:`agentpost.graft.advantages.grpo_c_objective`; one step = one action token here). Every arm sees the same
+environment seeds and the same random numbers per rollout, so arms differ only through their credit.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from agentpost.graft.advantages import grpo_c_objective
+from agentpost.graft.credit import CreditConfig, step_credit
+from agentpost.graft.graph import Trajectory, build_graph, node_group_stats, state_hash
+
+#: arm -> (credit method, CreditConfig overrides). ``graft_td_nonorm`` is the ablation without eq. 11 (Table 3).
+ARM_SPECS = {
+    "grpo": ("grpo", {}),
+    "gigpo": ("gigpo", {}),
+    "graft_td": ("graft_td", {}),
+    "graft_gae": ("graft_gae", {}),
+    "graft_td_nonorm": ("graft_td", {"normalise": False}),
+}
+ARMS = ("grpo", "gigpo", "graft_td", "graft_gae")
+
+
+class TabularSoftmax:
+    """pi(a | s) = softmax(theta[phi(s)]) with phi the exact state hash; unseen states start uniform."""
+
+    def __init__(self, n_actions: int, capacity: int = 256):
+        self.n_actions = n_actions
+        self.rows: dict[str, int] = {}
+        self.table = np.zeros((capacity, n_actions), dtype=np.float64)
+
+    def row(self, state) -> int:
+        key = state_hash(state)
+        if key not in self.rows:
+            if len(self.rows) == self.table.shape[0]:
+                self.table = np.concatenate([self.table, np.zeros_like(self.table)])
+            self.rows[key] = len(self.rows)
+        return self.rows[key]
+
+    def probs(self, row: int) -> np.ndarray:
+        z = self.table[row] - self.table[row].max()
+        p = np.exp(z)
+        return p / p.sum()
+
+    def act(self, state, rng: np.random.Generator) -> tuple[int, int]:
+        row = self.row(state)
+        a = int(np.searchsorted(np.cumsum(self.probs(row)), rng.random(), side="right"))
+        return row, min(a, self.n_actions - 1)
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    method: str = "graft_td"
+    updates: int = 20
+    groups_per_update: int = 1
+    group_size: int = 8
+    lr: float = 2.0
+    clip_eps: float = 0.2
+    ppo_epochs: int = 2
+    step_agg: str = "steps"
+    eval_episodes: int = 64
+    credit: CreditConfig = field(default_factory=CreditConfig)
+
+    def __post_init__(self) -> None:
+        if self.method not in ARM_SPECS:
+            raise ValueError(f"method must be one of {sorted(ARM_SPECS)}, got {self.method!r}")
+        for name in ("updates", "groups_per_update", "group_size", "ppo_epochs", "eval_episodes"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if not self.lr > 0:
+            raise ValueError(f"lr must be positive, got {self.lr}")
+
+
+def rollout(env, policy: TabularSoftmax, core: int, disp: int, rng: np.random.Generator):
+    """One episode: the :class:`Trajectory` (binary terminal reward), the policy rows visited and the agent
+    positions of its states."""
+    state, pos = env.reset(core, disp)
+    states, positions, actions, rows = [state], [pos], [], []
+    while True:
+        row, a = policy.act(state, rng)
+        state, pos, reward, terminated, truncated = env.step(a)
+        states.append(state); positions.append(pos); actions.append(a); rows.append(row)
+        if terminated or truncated:
+            break
+    return Trajectory(tuple(states), tuple(actions), reward, terminated=terminated), rows, positions
+
+
+def _seeds(*key: int) -> tuple[int, int]:
+    core, disp = np.random.SeedSequence(list(key)).generate_state(2)
+    return int(core), int(disp)
+
+
+def update(policy: TabularSoftmax, rows: list[int], actions: list[int], adv: np.ndarray, cfg: TrainConfig,
+           traj_ids: list[int]) -> None:
+    """``ppo_epochs`` SGD steps on -J_GRPO-C over the batch of steps (eq. 4), ratios against the pre-update policy."""
+    idx = np.asarray(rows)
+    act = torch.as_tensor(actions)[:, None]
+    adv_t = torch.as_tensor(adv, dtype=torch.float64)
+    tid = torch.as_tensor(traj_ids)
+    logp_old = None
+    for _ in range(cfg.ppo_epochs):
+        logits = torch.tensor(policy.table[idx], requires_grad=True)
+        logp = torch.log_softmax(logits, dim=-1).gather(1, act)
+        if logp_old is None:
+            logp_old = logp.detach()
+        obj = grpo_c_objective(logp, logp_old, adv_t, torch.ones_like(logp), clip_eps=cfg.clip_eps,
+                               step_agg=cfg.step_agg, traj_ids=tid)
+        (-obj).backward()
+        np.add.at(policy.table, idx, -cfg.lr * logits.grad.numpy())
+
+
+def evaluate(env, policy: TabularSoftmax, episodes: int) -> np.ndarray:
+    """Success (0/1) of ``episodes`` sampled episodes; episode i uses the same seeds in every run (paired items)."""
+    return np.asarray([rollout(env, policy, *_seeds(7_777, i), np.random.default_rng([7_777, i]))[0].reward
+                       for i in range(episodes)])
+
+
+def train_arm(env, cfg: TrainConfig, seed: int, *, keep_group: int | None = None, progress: bool = False) -> dict:
+    """Train one arm from the uniform policy; returns its history, evaluation and node-group statistics.
+
+    ``history``: per update, the cumulative sampled episodes and env steps and the training success rate.
+    ``group_stats``: :func:`agentpost.graft.graph.node_group_stats` of every group (exact matching).
+    ``gae_minus_td_max``: max |A^GAE - A^TD(0)| seen (GRAFT arms; the identity of graft.md says 0).
+    ``kept``: the trajectories and positions of group number ``keep_group`` (for a figure).
+    ``credit_time_fraction``: share of the run's wall time spent building graphs and computing credit.
+    """
+    method, overrides = ARM_SPECS[cfg.method]
+    credit_cfg = replace(cfg.credit, **overrides)
+    policy = TabularSoftmax(env.n_actions)
+    t_start, t_credit = time.perf_counter(), 0.0
+    history, stats, kept = [], [], None
+    episodes = steps = 0
+    gae_td = 0.0
+    for u in tqdm(range(cfg.updates), desc=cfg.method, disable=not progress, leave=False):
+        rows, acts, advs, tids, successes = [], [], [], [], []
+        for g in range(cfg.groups_per_update):
+            core, disp = _seeds(seed, u, g)
+            group = [rollout(env, policy, core, disp, np.random.default_rng([seed, u, g, i]))
+                     for i in range(cfg.group_size)]
+            trajs = [tr for tr, _, _ in group]
+            t0 = time.perf_counter()
+            credit = step_credit(method, trajs, credit_cfg)
+            t_credit += time.perf_counter() - t0
+            graph = credit.graph if credit.graph is not None else build_graph(trajs)
+            stats.append(node_group_stats(graph))
+            if credit.td is not None:
+                gae_td = max(gae_td, float(np.max(np.abs(credit.raw - credit.td))) if credit.raw.size else 0.0)
+            if keep_group is not None and u * cfg.groups_per_update + g == keep_group:
+                kept = {"trajectories": trajs, "positions": [p for _, _, p in group]}
+            for i, ((tr, r, _), a) in enumerate(zip(group, credit.per_traj)):
+                rows += r; acts += list(tr.actions); advs.append(a); tids += [g * cfg.group_size + i] * tr.length
+                successes.append(tr.reward); episodes += 1; steps += tr.length
+        update(policy, rows, acts, np.concatenate(advs), cfg, tids)
+        history.append({"update": u + 1, "episodes": episodes, "env_steps": steps,
+                        "train_success": float(np.mean(successes))})
+    train_s = time.perf_counter() - t_start
+    return {"history": history, "eval_success": evaluate(env, policy, cfg.eval_episodes), "group_stats": stats,
+            "gae_minus_td_max": gae_td, "kept": kept, "n_states": len(policy.rows),
+            "credit_time_fraction": t_credit / train_s}
+
+
+def run_arms(env, base: TrainConfig, seeds: list[int], arms=ARMS, *, lr_by_arm: dict | None = None,
+             progress: bool = True) -> dict:
+    """Every arm on every seed with the same samples and updates: ``{arm: {seed: train_arm(...)}}``;
+    ``lr_by_arm`` overrides the learning rate per arm (e.g. as selected on validation seeds). Each run keeps the
+    group of its middle update for a figure."""
+    out: dict = {arm: {} for arm in arms}
+    bar = tqdm(total=len(arms) * len(seeds), desc="arms x seeds", disable=not progress)
+    for seed in seeds:
+        for arm in arms:
+            cfg = replace(base, method=arm, lr=(lr_by_arm or {}).get(arm, base.lr))
+            out[arm][seed] = train_arm(env, cfg, seed, keep_group=(base.updates // 2) * base.groups_per_update)
+            bar.update()
+    bar.close()
+    return out

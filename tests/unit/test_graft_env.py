@@ -1,0 +1,99 @@
+"""The diagnostic's environments (real MiniHack, synthetic text gridworld), the tabular policy and training arms."""
+
+import numpy as np
+import pytest
+
+from agentpost.graft.envs import MiniHackRoom, TextGridworld, make_env
+from agentpost.graft.train import TabularSoftmax, TrainConfig, rollout, run_arms, train_arm
+
+SE = 5  # MiniHack navigation actions: N, E, S, W, NE, SE, SW, NW
+
+
+@pytest.fixture(scope="module")
+def room():
+    pytest.importorskip("minihack")
+    env = MiniHackRoom("MiniHack-Room-5x5-v0", max_episode_steps=4)
+    yield env
+    env.close()
+
+
+def test_minihack_step_limit_is_truncation(room):
+    room.reset(1, 2)
+    for _ in range(4):
+        state, pos, reward, terminated, truncated = room.step(0)  # north, into the wall
+    assert (reward, terminated, truncated) == (0.0, False, True)
+    assert (state, pos) == (MiniHackRoom.TIMEOUT, None)  # the cleared screen is not the win screen
+
+
+def test_minihack_itself_reports_the_limit_as_terminated(room):
+    """The behaviour the wrapper corrects: NLE 1.3 returns done=True, truncated=False with end status ABORTED."""
+    room.reset(1, 2)
+    for _ in range(4):
+        _, _, done, truncated, info = room.env.step(0)
+    assert done and not truncated and info["end_status"] == room.env.StepStatus.ABORTED
+
+
+def test_minihack_success_is_terminal_with_reward_one(room):
+    room = MiniHackRoom("MiniHack-Room-5x5-v0", max_episode_steps=10)  # NLE checks its limit before success
+    _, start = room.reset(3, 4)
+    for _ in range(4):
+        state, pos, reward, terminated, truncated = room.step(SE)
+    assert set(np.frombuffer(state, np.int16).tolist()) == {2359}  # the cleared screen: one shared win state
+    assert (pos[0] - start[0], pos[1] - start[1]) == (4, 4)
+    assert (reward, terminated, truncated) == (1.0, True, False)
+
+
+def test_minihack_seeded_rollouts_repeat(room):
+    policy = TabularSoftmax(room.n_actions)
+    a = rollout(room, policy, 5, 6, np.random.default_rng(0))[0]
+    b = rollout(room, policy, 5, 6, np.random.default_rng(0))[0]
+    assert a == b and isinstance(a.states[0], bytes) and len(a.states[0]) == 21 * 79 * 2
+
+
+def test_gridworld_render_success_and_truncation():
+    env = TextGridworld(size=3, max_steps=3)
+    state, pos = env.reset()
+    assert state == "@..\n...\n..>" and pos == (0, 0)
+    assert [env.step(a)[2:] for a in (0, 0, 0)] == [(0.0, False, False)] * 2 + [(0.0, False, True)]
+    env = TextGridworld(size=3, max_steps=10)
+    env.reset()
+    assert [env.step(a)[2:] for a in (1, 1, 2, 2)][-1] == (1.0, True, False)
+    with pytest.raises(ValueError, match="unknown environment"):
+        make_env("Atari-Pong", max_steps=5)
+
+
+def test_tabular_policy_starts_uniform_and_grows():
+    pol = TabularSoftmax(4, capacity=2)
+    rows = [pol.row(s) for s in ("a", "b", "c", "a")]
+    assert rows == [0, 1, 2, 0] and pol.table.shape[0] == 4
+    assert pol.probs(2) == pytest.approx([0.25] * 4)
+
+
+def test_training_arms_share_samples_and_graft_gae_matches_td():
+    env = TextGridworld(size=4, max_steps=12)
+    base = TrainConfig(updates=4, group_size=6, lr=8.0, eval_episodes=16)
+    runs = run_arms(env, base, [1, 2], progress=False)
+    for arm in runs:
+        h = runs[arm][1]["history"]
+        assert [x["update"] for x in h] == [1, 2, 3, 4] and h[-1]["episodes"] == 24
+    # first update: the same uniform policy and the same random numbers in every arm
+    first = {arm: runs[arm][1]["history"][0]["env_steps"] for arm in runs}
+    assert len(set(first.values())) == 1
+    assert np.array_equal(runs["graft_td"][1]["eval_success"], runs["graft_gae"][1]["eval_success"])
+    assert runs["graft_gae"][1]["gae_minus_td_max"] < 1e-6
+    stats = runs["graft_td"][1]["group_stats"]
+    assert len(stats) == 4 and all(0.0 <= s["frac_steps_in_groups_ge2"] <= 1.0 for s in stats)
+
+
+def test_credit_moves_the_policy_towards_success():
+    env = TextGridworld(size=4, max_steps=12)
+    out = train_arm(env, TrainConfig(method="graft_td", updates=15, group_size=8, lr=8.0, eval_episodes=64), 3)
+    untrained = train_arm(env, TrainConfig(method="graft_td", updates=1, group_size=1, lr=1e-9, eval_episodes=64), 3)
+    assert out["eval_success"].mean() > untrained["eval_success"].mean() + 0.2
+
+
+def test_bad_train_config_is_named():
+    with pytest.raises(ValueError, match="method"):
+        TrainConfig(method="ppo")
+    with pytest.raises(ValueError, match="group_size"):
+        TrainConfig(group_size=0)
