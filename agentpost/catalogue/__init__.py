@@ -14,6 +14,7 @@ Schema of ``<id>.yaml``::
       - id: C1
         text: "A claim an experiment could support or contradict."
         metrics: [name, ...]           # glued metric names that carry the diagnostic evidence for this claim
+        synthetic: false               # true when this claim's metrics come from synthetic data in a public chapter
     gaps: ["What a reproduction would still need", ...]
 """
 
@@ -35,6 +36,7 @@ class Claim:
     id: str
     text: str
     metrics: tuple[str, ...] = ()
+    synthetic: bool = False  # its metrics come from synthetic data, even in a chapter on public data
 
 
 @dataclass(frozen=True)
@@ -80,7 +82,8 @@ def _load(path: Path) -> Chapter:
         raise ValueError(f"{path.name}: missing keys {sorted(missing)}")
     if raw["id"] != path.stem:
         raise ValueError(f"{path.name}: id {raw['id']!r} must equal the file name")
-    claims = tuple(Claim(c["id"], c["text"].strip(), tuple(c.get("metrics", []))) for c in raw["claims"])
+    claims = tuple(Claim(c["id"], c["text"].strip(), tuple(c.get("metrics", [])), bool(c.get("synthetic", False)))
+                   for c in raw["claims"])
     return Chapter(
         id=raw["id"],
         title=raw["title"],

@@ -154,7 +154,7 @@ def claim_status(chapter: Chapter, claim: Claim, tests: dict, runs: dict[tuple[s
         receipts = [r.receipt for r in group]
         on_gpu = not gpu_evidence_problems(receipts)
         level = "reproduction" if profile == "reproduction" and on_gpu else "gpu-diagnostic" if on_gpu else "diagnostic"
-        if chapter.synthetic:
+        if chapter.synthetic or claim.synthetic:
             notes["diagnostic"] = "synthetic data: never counts as a diagnostic"
             continue
         # A GPU (or reproduction) configuration is also the diagnostic run at a larger scale.

@@ -20,3 +20,20 @@ def test_every_entry_is_complete_and_points_at_its_spec():
             assert (specs / c.spec).is_file(), (c.id, c.spec)
         if c.started:
             assert "smoke" in c.profiles, c.id
+
+
+def test_a_synthetic_claim_in_a_public_chapter_never_reaches_diagnostic(monkeypatch):
+    from pathlib import Path
+
+    from agentpost.catalogue import Chapter, Claim
+    from agentpost.evidence import levels
+
+    public, synthetic = Claim("C1", "on public data", ("m",)), Claim("C2", "on a synthetic MDP", ("m",), synthetic=True)
+    chapter = Chapter("demo", "Demo", None, None, 1, (), False, (public, synthetic), ())
+    runs = {("demo", "smoke"): [levels.Run(Path(f"r{s}"), {"seed": s, "status": "ok", "kind": "profile",
+                                                            "metrics": {"m": 1.0}}) for s in (42, 43, 44)]}
+    monkeypatch.setattr(levels, "newest_configuration", lambda group: group)
+    monkeypatch.setattr(levels, "gpu_evidence_problems", lambda receipts: ["cpu"])
+    assert levels.claim_status(chapter, public, {}, runs).levels["diagnostic"] is True
+    status = levels.claim_status(chapter, synthetic, {}, runs)
+    assert status.levels["diagnostic"] is False and "synthetic" in status.notes["diagnostic"]
