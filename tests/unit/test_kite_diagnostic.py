@@ -22,7 +22,7 @@ def test_one_arm_meta_per_arm_from_its_own_runs():
     assert a is not b and a.updates == b.updates == 120 and a.checkpoint == "from scratch"
     res = paired(r, "dense_kv", data_version="v", min_effect=0.02)
     # sst - dense_kv per article: [-0.2, -0.2, -0.1, -0.3] in every seed -> mean -0.2 (lower is better)
-    assert res.mean_diff == pytest.approx(-0.2) and res.verdict == "better"
+    assert res.estimate == pytest.approx(-0.2) and res.verdict == "better"
 
 
 def test_arms_with_different_update_counts_are_refused():

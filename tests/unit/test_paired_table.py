@@ -4,7 +4,7 @@ import json
 from pathlib import Path
 
 from agentpost.evidence import glue_paired
-from agentpost.evidence import ledger
+from agentpost.evidence import levels
 from agentpost.evidence.paired_table import is_paired, paired_outcome, paired_rows
 from agentpost.evidence.recording import _jsonable
 from agentpost.stats.paired import ArmMeta, compare
@@ -44,8 +44,8 @@ def test_no_comparison_no_table_and_old_forms_are_not_read():
 
 
 def test_ledger_outcome_reads_the_verdict_from_the_dict(tmp_path):
-    runs = [ledger.Run(Path(tmp_path), receipt(s, cmp=recorded())) for s in (1, 2)]
-    note = ledger._outcome(runs, ("cmp",))
+    runs = [levels.Run(Path(tmp_path), receipt(s, cmp=recorded())) for s in (1, 2)]
+    note = levels._outcome(runs, ("cmp",))
     assert note.startswith("cmp = underpowered (B − A -1") and note.count("underpowered") == 2
     assert paired_outcome(recorded()) in note
 
