@@ -121,14 +121,18 @@ def extended_jsd(counts: np.ndarray, target: np.ndarray) -> float:
 @torch.no_grad()
 def evaluate(model: StackedGRU, problems: list[Problem], n_samples: int, prompt_chars: int, max_new: int,
              gen: torch.Generator) -> dict[str, np.ndarray]:
-    """Per copy and held-out prompt: outcome counts [A, n, K+1] (last = invalid) and accuracy [A, n]."""
+    """Per copy and held-out prompt: outcome counts [A, n, K+1] (last = invalid), the correct ones among them and
+    accuracy [A, n]."""
     p = prompt_ids([prompt_text(q.question, prompt_chars) for q in problems], prompt_chars)
     prompts = p.repeat_interleave(n_samples, 0)[None].expand(model.copies, -1, -1).contiguous()
     comp, _, _ = sample(model, prompts, max_new, gen)
     cats, corr = _classify_all(comp)
     cats = cats.view(model.copies, len(problems), n_samples)
-    counts = np.stack([(cats == c).sum(-1).numpy() for c in list(range(K)) + [-1]], -1)
-    return {"counts": counts, "accuracy": corr.view(model.copies, len(problems), n_samples).mean(-1).numpy()}
+    corr = corr.view(model.copies, len(problems), n_samples)
+    outcomes = list(range(K)) + [-1]
+    counts = np.stack([(cats == c).sum(-1).numpy() for c in outcomes], -1)
+    correct = np.stack([((cats == c) & (corr > 0)).sum(-1).numpy() for c in outcomes], -1)
+    return {"counts": counts, "correct_counts": correct, "accuracy": corr.mean(-1).numpy()}
 
 
 def run_diagnostic(base: CharGRU, runs: list[Run], targets: dict[str, list[float]], train: list[Problem],
@@ -200,6 +204,7 @@ def run_diagnostic(base: CharGRU, runs: list[Run], targets: dict[str, list[float
         t = tgt[target].numpy()
         return {"jsd_per_prompt": np.array([extended_jsd(c, t) for c in ev["counts"][a]]),
                 "accuracy_per_prompt": ev["accuracy"][a], "pooled_counts": ev["counts"][a].sum(0),
+                "pooled_correct": ev["correct_counts"][a].sum(0),
                 "pooled_jsd": extended_jsd(ev["counts"][a].sum(0), t), "accuracy": float(ev["accuracy"][a].mean())}
 
     return {"runs": runs, "history": history, "eval_items": eval_items,
