@@ -67,3 +67,43 @@ def test_extended_jsd_counts_invalid_as_distance():
     t = torch.tensor([0.2] * 5).numpy()
     assert extended_jsd(torch.tensor([2, 2, 2, 2, 2, 0]).numpy(), t) == pytest.approx(0.0, abs=1e-12)
     assert extended_jsd(torch.tensor([0, 0, 0, 0, 0, 5]).numpy(), t) == pytest.approx(torch.log(torch.tensor(2.0)).item())
+
+
+def _tiny_setup():
+    from agentpost.madrl.task import Problem
+
+    torch.manual_seed(0)
+    base = CharGRU(GRUConfig(embed=8, hidden=16, prompt_chars=8, max_new_chars=6))
+    probs = [Problem(f"question {i} how many?", "<<1+2=3>>", 0) for i in range(6)]
+    return base, probs
+
+
+def test_run_diagnostic_refuses_bad_input_before_work():
+    from agentpost.madrl.train import DiagConfig, Run, run_diagnostic
+
+    base, probs = _tiny_setup()
+    cfg = DiagConfig(steps=2, prompts_per_step=2, group_size=4, lr=1e-3, eval_prompts=2, eval_samples=2)
+    tg = {"u": [0.2] * 5}
+    with pytest.raises(ValueError, match="unknown arm 'entropy'"):
+        run_diagnostic(base, [Run("entropy", "u", 0)], tg, probs, probs, cfg, sample_seed=0)
+    with pytest.raises(ValueError, match="has 3 entries"):
+        run_diagnostic(base, [Run("jsd", "u", 0)], {"u": [0.2, 0.3, 0.5]}, probs, probs, cfg, sample_seed=0)
+    with pytest.raises(ValueError, match="training prompts needed"):
+        run_diagnostic(base, [Run("jsd", "u", 0)], tg, probs[:3], probs, cfg, sample_seed=0)
+    with pytest.raises(ValueError, match="group_size must be >= 2"):
+        DiagConfig(steps=2, prompts_per_step=2, group_size=1, lr=1e-3, eval_prompts=2, eval_samples=2)
+
+
+def test_run_diagnostic_end_to_end_on_a_tiny_model():
+    from agentpost.madrl.train import DiagConfig, Run, run_diagnostic
+
+    base, probs = _tiny_setup()
+    cfg = DiagConfig(steps=2, prompts_per_step=2, group_size=4, lr=1e-2, eval_prompts=3, eval_samples=4,
+                     max_new_chars=6, kl_coef=0.04)
+    runs = [Run("correctness", "u", 0), Run("jsd", "u", 0), Run("mixture", "u", 1)]
+    out = run_diagnostic(base, runs, {"u": [0.2] * 5}, probs, probs, cfg, sample_seed=0, progress=False)
+    assert [len(h) for h in out["history"]] == [2, 2, 2]
+    assert all(h[0]["counts"].sum() == 8 for h in out["history"])
+    for f in out["final"]:
+        assert f["jsd_per_prompt"].shape == (3,) and f["pooled_counts"].sum() == 12
+        assert (f["pooled_correct"] <= f["pooled_counts"]).all()
