@@ -1,0 +1,10 @@
+"""MaD-RL (mad-rl.md): per-sample rewards whose policy gradient minimises a divergence between the generated
+category distribution and a target, the softmax-bandit mechanism check, and the GSM8K-prompted diagnostic."""
+
+from agentpost.madrl.rewards import (
+    ARMS, DIVERGENCES, arm_rewards, category_reward, divergence, empirical_distribution, matching_rewards,
+    neg_gradient, smooth_target,
+)
+
+__all__ = ["ARMS", "DIVERGENCES", "arm_rewards", "category_reward", "divergence", "empirical_distribution",
+           "matching_rewards", "neg_gradient", "smooth_target"]

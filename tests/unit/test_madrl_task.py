@@ -1,0 +1,109 @@
+"""MaD-RL diagnostic parts: the GSM8K first-annotation classifier, the character GRU and its stacked copies."""
+
+import pytest
+import torch
+
+from agentpost.madrl.gru import EOS, CharGRU, GRUConfig, decode, encode, prompt_ids
+from agentpost.madrl.stacked import StackedGRU
+from agentpost.madrl.task import CATEGORIES, annotation_correct, classify, operation_category, prompt_text
+from agentpost.madrl.train import extended_jsd, sample
+
+
+@pytest.mark.parametrize("expr,cat", [("48/2", "/"), ("48+24", "+"), ("0.2*50", "*"), ("10-3", "-"),
+                                      ("2*3+4", "mixed"), ("-3+2", "+"), ("(5-2)*-4", "mixed"), ("3*-2", "*")])
+def test_operation_category(expr, cat):
+    assert operation_category(expr) == CATEGORIES.index(cat)
+
+
+def test_no_operator_is_invalid():
+    assert operation_category("5") == -1
+    assert classify("<<5=5>>") == (-1, False)
+    assert classify("no annotation <<3+") == (-1, False)
+
+
+def test_annotation_correct_to_printed_precision():
+    assert annotation_correct("48/2", "24")
+    assert annotation_correct("12/60", "0.2")
+    assert annotation_correct("10/3", "3.33")
+    assert not annotation_correct("10/3", "3.4")
+    assert not annotation_correct("48/2", "25")
+    assert not annotation_correct("4/0", "1")
+    assert not annotation_correct("__import__('os')", "1")
+    assert classify("so <<48/2=24>> then <<1+1=3>>") == (CATEGORIES.index("/"), True)
+
+
+def test_prompt_and_codec():
+    assert prompt_text("How many  clips\ndid she sell?", 10) == "did she sell?"[-10:] + "\n"
+    assert decode(encode("<<1+2=3>>") + [EOS] + encode("junk")) == "<<1+2=3>>"
+    ids = prompt_ids(["ab\n"], 4)
+    assert ids.tolist() == [[0, 0] + encode("ab\n")]
+
+
+def test_stacked_copies_equal_nn_gru():
+    torch.manual_seed(0)
+    base = CharGRU(GRUConfig(embed=8, hidden=16))
+    stack = StackedGRU(base, 3)
+    ids = torch.randint(3, 90, (3, 4, 7))
+    logits, h = stack(ids)
+    for a in range(3):
+        ref, href = base(ids[a])
+        torch.testing.assert_close(logits[a], ref, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(h[a], href[0], rtol=1e-5, atol=1e-5)
+    # gradients of a per-copy loss reach only that copy
+    logits[1].sum().backward()
+    assert stack.w_hh.grad[0].abs().sum() == 0 and stack.w_hh.grad[1].abs().sum() > 0
+
+
+def test_sampling_stops_and_masks():
+    torch.manual_seed(0)
+    stack = StackedGRU(CharGRU(GRUConfig(embed=8, hidden=16)), 2)
+    comp, logp, mask = sample(stack, torch.randint(3, 90, (2, 5, 6)), 12, torch.Generator().manual_seed(0))
+    assert comp.shape == logp.shape == mask.shape and comp.shape[:2] == (2, 5)
+    assert (logp[~mask] == 0).all() and (logp[mask] < 0).all()
+    assert (comp[~mask] == 0).all()
+
+
+def test_extended_jsd_counts_invalid_as_distance():
+    t = torch.tensor([0.2] * 5).numpy()
+    assert extended_jsd(torch.tensor([2, 2, 2, 2, 2, 0]).numpy(), t) == pytest.approx(0.0, abs=1e-12)
+    assert extended_jsd(torch.tensor([0, 0, 0, 0, 0, 5]).numpy(), t) == pytest.approx(torch.log(torch.tensor(2.0)).item())
+
+
+def _tiny_setup():
+    from agentpost.madrl.task import Problem
+
+    torch.manual_seed(0)
+    base = CharGRU(GRUConfig(embed=8, hidden=16, prompt_chars=8, max_new_chars=6))
+    probs = [Problem(f"question {i} how many?", "<<1+2=3>>", 0) for i in range(6)]
+    return base, probs
+
+
+def test_run_diagnostic_refuses_bad_input_before_work():
+    from agentpost.madrl.train import DiagConfig, Run, run_diagnostic
+
+    base, probs = _tiny_setup()
+    cfg = DiagConfig(steps=2, prompts_per_step=2, group_size=4, lr=1e-3, eval_prompts=2, eval_samples=2)
+    tg = {"u": [0.2] * 5}
+    with pytest.raises(ValueError, match="unknown arm 'entropy'"):
+        run_diagnostic(base, [Run("entropy", "u", 0)], tg, probs, probs, cfg, sample_seed=0)
+    with pytest.raises(ValueError, match="has 3 entries"):
+        run_diagnostic(base, [Run("jsd", "u", 0)], {"u": [0.2, 0.3, 0.5]}, probs, probs, cfg, sample_seed=0)
+    with pytest.raises(ValueError, match="training prompts needed"):
+        run_diagnostic(base, [Run("jsd", "u", 0)], tg, probs[:3], probs, cfg, sample_seed=0)
+    with pytest.raises(ValueError, match="group_size must be >= 2"):
+        DiagConfig(steps=2, prompts_per_step=2, group_size=1, lr=1e-3, eval_prompts=2, eval_samples=2)
+
+
+def test_run_diagnostic_end_to_end_on_a_tiny_model():
+    from agentpost.madrl.train import DiagConfig, Run, run_diagnostic
+
+    base, probs = _tiny_setup()
+    cfg = DiagConfig(steps=2, prompts_per_step=2, group_size=4, lr=1e-2, eval_prompts=3, eval_samples=4,
+                     max_new_chars=6, kl_coef=0.04)
+    runs = [Run("correctness", "u", 0), Run("jsd", "u", 0), Run("mixture", "u", 1)]
+    out = run_diagnostic(base, runs, {"u": [0.2] * 5}, probs, probs, cfg, sample_seed=0, progress=False)
+    assert [len(h) for h in out["history"]] == [2, 2, 2]
+    assert all(h[0]["counts"].sum() == 8 for h in out["history"])
+    for f in out["final"]:
+        assert f["jsd_per_prompt"].shape == (3,) and f["pooled_counts"].sum() == 12
+        assert (f["pooled_correct"] <= f["pooled_counts"]).all()
