@@ -32,7 +32,7 @@ RUNS_DIR = "book/runs"
 ADHOC_DIR = "ad-hoc"
 
 #: What counts as "the code" of a run: the library, its assets, the kernels and the build configuration.
-CODE_PATTERNS = ("agentpost/**/*.py", "agentpost/models/assets/**/*", "kernels/**/*.py", "pyproject.toml")
+CODE_PATTERNS = ("agentpost/**/*.py", "agentpost/*/assets/**/*", "kernels/**/*.py", "pyproject.toml")
 
 Kind = Literal["profile", "ad-hoc"]
 
