@@ -44,7 +44,8 @@ def html_root(tmp_path_factory) -> Path:
     jb = shutil.which("jupyter-book", path=str(Path(sys.executable).parent)) or "jupyter-book"
     build = subprocess.run([jb, "build", str(project), "-W", "-n", "--keep-going", "--path-output", str(project)],
                            cwd=project, env=env, capture_output=True, text=True)
-    assert build.returncode == 0, build.stdout[-3000:] + build.stderr[-3000:]
+    warnings = [line for line in (build.stdout + build.stderr).splitlines() if "WARNING" in line or "ERROR" in line]
+    assert build.returncode == 0, "\n".join(warnings[:20]) or build.stderr[-3000:]
     return project / "_build" / "html"
 
 
