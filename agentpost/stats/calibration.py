@@ -124,6 +124,14 @@ def v1_reference_verdict(per_seed, *, higher_is_better: bool, min_effect: float,
     return {"verdict": verdict, "ci_low": float(lo[0]), "ci_high": float(hi[0]), "mde": float(mde)}
 
 
+def v1_reference_for(a, b, *, higher_is_better: bool, min_effect: float, seed: int = 0) -> dict:
+    """:func:`v1_reference_verdict` for the ``{seed: per-item values}`` maps ``compare`` takes (``b - a``), so a chapter
+    can glue what the pre-v2 protocol said on the same data next to the v2 verdict."""
+    per_seed = [np.asarray(b[k], dtype=np.float64) - np.asarray(a[k], dtype=np.float64) for k in sorted(a, key=str)]
+    return v1_reference_verdict(per_seed, higher_is_better=higher_is_better, min_effect=min_effect,
+                                rng=np.random.default_rng(seed))
+
+
 def bootstrap_reference(d: np.ndarray, shared_items: bool, *, alpha: float = 0.05, n_boot: int = 1000,
                         rng: np.random.Generator):
     """``PairedResult.bootstrap_ci`` for each data set: ``(ci_low, ci_high, significant = CI excludes 0)``.

@@ -70,3 +70,20 @@ def test_simulator_refuses_bad_designs():
         cal.Design("item effect nested", 3, 10, item_sd=0.5)
     with pytest.raises(ValueError, match="n_sets"):
         cal.calibrate(n_sets=0)
+
+
+def test_v1_reference_for_takes_the_maps_compare_takes():
+    from agentpost.stats.calibration import v1_reference_for
+
+    a = {1: [0.0, 0.0, 0.0], 2: [0.0, 0.0, 0.0], 3: [0.0, 0.0, 0.0]}
+    b = {1: [1.0, 1.1, 0.9], 2: [1.0, 1.2, 0.8], 3: [1.05, 0.95, 1.0]}
+    ref = v1_reference_for(a, b, higher_is_better=True, min_effect=0.1)
+    # nine pooled differences, mean 1.0: significant and above 0 -> "better"; MDE from the pooled sd with 8 df
+    pooled = [1.0, 1.1, 0.9, 1.0, 1.2, 0.8, 1.05, 0.95, 1.0]
+    import numpy as np
+    from scipy import stats
+
+    q = stats.t.ppf(0.975, 8) + stats.t.ppf(0.8, 8)
+    assert ref["verdict"] == "better"
+    assert ref["mde"] == pytest.approx(q * np.std(pooled, ddof=1) / 3)
+    assert ref["ci_low"] > 0.9 and ref["ci_high"] < 1.1
