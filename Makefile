@@ -12,7 +12,7 @@ $(STAMP): pyproject.toml setup.py
 	$(BIN)/python -m pip install -q --upgrade pip
 	# Keep an installed torch (e.g. a CUDA build); otherwise take the pinned release.
 	$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/python -m pip install -q torch==2.13.0
-	$(BIN)/python -m pip install -q -e '.[dev]'
+	$(BIN)/python -m pip install -q -e '.[dev,minihack]'
 	@touch $@
 
 book: $(STAMP)
