@@ -27,6 +27,15 @@ DOORS = frozenset({13, 14, 15, 16})
 CLOSED_DOORS = frozenset({15, 16})
 WALKABLE_CMAP = frozenset({12, 13, 14, 15, 16, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 33})
 
+MAX_GLYPH = 5976
+_WALK_LUT = np.zeros(MAX_GLYPH + 1, dtype=bool)
+_WALK_LUT[[GLYPH_CMAP_OFF + c for c in WALKABLE_CMAP]] = True
+_WALK_LUT[GLYPH_BODY_OFF:GLYPH_RIDDEN_OFF] = True  # corpses lie on the floor
+_WALK_LUT[GLYPH_OBJ_OFF:GLYPH_CMAP_OFF] = True  # objects lie on the floor
+_WALK_LUT[GLYPH_PET_OFF:GLYPH_INVIS_OFF] = True  # pets swap places with the hero
+_DOOR_LUT = np.zeros(100, dtype=bool)
+_DOOR_LUT[list(DOORS)] = True
+
 _PROMPT = re.compile(r"(\[[^\]]*\]\s*$)|(In what direction\?\s*$)|(\?\s*$)")
 _NAME_BY_KEY = {key: name for name, key in PRIMITIVE_KEYS.items()}
 
@@ -61,7 +70,8 @@ class Bot:
         if name not in self._actions:
             raise KeyError(f"unknown primitive {name!r}; primitives: {list(PRIMITIVE_KEYS)}")
         before = self.pos
-        if name in DIRECTIONS:
+        is_move = name in DIRECTIONS and not self.prompt_open()  # a compass key answering a prompt is no move
+        if is_move:
             ax, ay = before[0] + DIRECTIONS[name][0], before[1] + DIRECTIONS[name][1]
             exempt = (ax, ay) in self.monsters or int(self.terrain[ay, ax]) in CLOSED_DOORS  # attacks, doors
         obs, reward, terminated, truncated, info = self.env.step(self._actions[name])
@@ -69,14 +79,14 @@ class Bot:
         self.last_reward = float(reward)
         self.end = classify_end(terminated, truncated, info)
         self._set(obs)
-        if name in DIRECTIONS and not self.done and self.pos == before and not exempt and not self.prompt_open():
+        if is_move and not self.done and self.pos == before and not exempt and not self.prompt_open():
             self.blocked.add((*before, name))  # remembered so that navigation stops bumping into it
         return self.last_reward
 
     def _set(self, obs: dict) -> None:
         self.obs = obs
         for attr in ("chars", "glyphs", "message", "walkable", "frontier", "monsters", "objects", "stairs",
-                     "lava", "inventory", "tree"):
+                     "lava", "inventory", "tree", "cmap_grid"):
             self.__dict__.pop(attr, None)
         if not self.done:
             self.visited.add(self.pos)
@@ -128,20 +138,19 @@ class Bot:
             items[letter] = bytes(row).decode("latin-1").rstrip("\x00")
         return items
 
-    def cmap(self) -> np.ndarray:
-        """cmap index per cell, -1 where the glyph is not a map feature."""
+    @cached_property
+    def cmap_grid(self) -> np.ndarray:
         g = self.glyphs
         return np.where((g >= GLYPH_CMAP_OFF) & (g < GLYPH_EXPLODE_OFF), g - GLYPH_CMAP_OFF, -1)
+
+    def cmap(self) -> np.ndarray:
+        """cmap index per cell, -1 where the glyph is not a map feature."""
+        return self.cmap_grid
 
     @cached_property
     def walkable(self) -> np.ndarray:
         """Cells a move may enter: known floor-like features, objects lying on the floor, pets, the hero."""
-        g = self.glyphs
-        cm = self.cmap()
-        walk = np.isin(cm, list(WALKABLE_CMAP))
-        walk |= (g >= GLYPH_BODY_OFF) & (g < GLYPH_RIDDEN_OFF)  # corpses
-        walk |= (g >= GLYPH_OBJ_OFF) & (g < GLYPH_CMAP_OFF)  # objects
-        walk |= (g >= GLYPH_PET_OFF) & (g < GLYPH_INVIS_OFF)  # pets swap places
+        walk = _WALK_LUT[self.glyphs]
         x, y = self.pos
         walk[y, x] = True
         return walk
@@ -190,21 +199,28 @@ class Bot:
         return _NAME_BY_KEY.get(ord(letter))
 
     # ---- navigation -----------------------------------------------------------------------------------------
-    def can_move(self, x: int, y: int, name: str, walk: np.ndarray, cm: np.ndarray) -> bool:
-        """NetHack's movement rules for one step: no diagonal moves through doors, no squeezing between rock;
-        a move that already failed from this cell (a stuck boulder, say) is not tried again."""
-        dx, dy = DIRECTIONS[name]
-        nx, ny = x + dx, y + dy
-        if (x, y, name) in self.blocked:
-            return False
-        if not (0 <= ny < walk.shape[0] and 0 <= nx < walk.shape[1]) or not walk[ny, nx]:
-            return False
-        if dx and dy:
-            if self.terrain[y, x] in DOORS or self.terrain[ny, nx] in DOORS:
-                return False
-            if not walk[y, nx] and not walk[ny, x]:
-                return False
-        return True
+    def legal_moves(self, walk: np.ndarray) -> dict[str, np.ndarray]:
+        """Per compass move, where it is legal: NetHack's rules - no diagonal move into or out of a doorway
+        with a door, no diagonal squeeze between two rock/wall cells - and no move that already failed from that
+        cell (a stuck boulder, say)."""
+        h, w = walk.shape
+        door = _DOOR_LUT[np.clip(self.terrain, 0, 99)] & (self.terrain >= 0)
+
+        def shifted(a, dx, dy):  # out[y, x] = a[y + dy, x + dx], False outside the map
+            out = np.zeros_like(a)
+            out[max(0, -dy):h - max(0, dy), max(0, -dx):w - max(0, dx)] = a[max(0, dy):h - max(0, -dy) or None,
+                                                                          max(0, dx):w - max(0, -dx) or None]
+            return out
+
+        moves = {}
+        for name, (dx, dy) in DIRECTIONS.items():
+            ok = shifted(walk, dx, dy)
+            if dx and dy:
+                ok &= ~door & ~shifted(door, dx, dy) & (shifted(walk, dx, 0) | shifted(walk, 0, dy))
+            moves[name] = ok
+        for x, y, name in self.blocked:
+            moves[name][y, x] = False
+        return moves
 
     @cached_property
     def tree(self) -> dict:
@@ -212,18 +228,20 @@ class Bot:
         walk = self.walkable.copy()
         for mx, my in self.monsters:
             walk[my, mx] = False
-        cm = self.cmap()
-        start = self.pos
+        h, w = walk.shape
+        legal = [(name, dx + dy * w, moves.ravel().tolist())
+                 for (name, moves), (dx, dy) in zip(self.legal_moves(walk).items(), DIRECTIONS.values())]
+        x0, y0 = self.pos
+        start = y0 * w + x0
         prev = {start: None}
         queue = deque([start])
         while queue:
-            x, y = queue.popleft()
-            for name, (dx, dy) in DIRECTIONS.items():
-                nxt = (x + dx, y + dy)
-                if nxt not in prev and self.can_move(x, y, name, walk, cm):
-                    prev[nxt] = ((x, y), name)
-                    queue.append(nxt)
-        return prev
+            i = queue.popleft()
+            for name, off, ok in legal:
+                if ok[i] and (j := i + off) not in prev:
+                    prev[j] = (i, name)
+                    queue.append(j)
+        return {(i % w, i // w): (None if p is None else ((p[0] % w, p[0] // w), p[1])) for i, p in prev.items()}
 
     def path_to(self, goals, *, adjacent: bool = False) -> list[str] | None:
         """Shortest list of compass moves to any goal cell (or to a cell next to one with ``adjacent``).

@@ -81,7 +81,7 @@ def registered_tasks() -> list[str]:
     return sorted(k for k in gymnasium.registry if k.startswith("MiniHack-"))
 
 
-def make_env(task: str, *, des_file: str | None = None, max_episode_steps: int | None = None):
+def make_env(task: str, *, des_file: str | None = None, max_episode_steps: int | None = None, **options):
     """A MiniHack environment with this chapter's fixed primitive key set and observation keys.
 
     ``task`` is any registered ``MiniHack-*`` id (``MiniHack-Navigation-Custom-v0`` or ``MiniHack-Skill-Custom-v0``
@@ -91,14 +91,19 @@ def make_env(task: str, *, des_file: str | None = None, max_episode_steps: int |
     if not isinstance(task, str) or task not in gymnasium.registry or not task.startswith("MiniHack-"):
         raise ValueError(f"unknown MiniHack task {task!r}; registered ids come from registered_tasks()")
     kwargs = dict(observation_keys=OBS_KEYS, actions=tuple(key_to_nle_action(k) for k in PRIMITIVE_KEYS.values()),
-                  disable_env_checker=True)
+                  disable_env_checker=True, **options)
     if des_file is not None:
         kwargs["des_file"] = des_file
-    if max_episode_steps is not None:
-        kwargs["max_episode_steps"] = int(max_episode_steps)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return gymnasium.make(task, **kwargs)
+        env = gymnasium.make(task, **kwargs)
+    if max_episode_steps is not None:
+        # gymnasium.make would consume max_episode_steps for its own TimeLimit wrapper (which reports a real
+        # truncation); set NLE's limit instead, so the limit is signalled the way MiniHack tasks signal it.
+        if not isinstance(max_episode_steps, int) or max_episode_steps < 1:
+            raise ValueError(f"max_episode_steps must be a positive int, got {max_episode_steps!r}")
+        env.unwrapped._max_episode_steps = max_episode_steps
+    return env
 
 
 def seeded_reset(env, core: int, disp: int | None = None):

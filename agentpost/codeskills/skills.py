@@ -76,7 +76,7 @@ def travel_to(bot: Bot, goals, adjacent: bool = False, replans: int = 4) -> Skil
             if bot.pos == before:
                 break  # re-plan from what is known now
         else:
-            if bot.path_to(goals, adjacent=adjacent) == []:
+            if (bot.pos in goals) if not adjacent else any(bot.direction_to(g) for g in goals):
                 return True
     return False
 
