@@ -108,6 +108,13 @@ def render_prompt(bot: Bot, space: ActionSpace, history: list[str], *, task: str
             f"Map:\n{bot.map_text()}\nAction:")
 
 
+def history_line(choice: Choice, outcome: DecisionOutcome) -> str:
+    """One history entry: what was chosen and what it did (CodeHack's NoProgressFeedback after zero steps)."""
+    said = choice.action if choice.action else f"unparseable output {choice.raw!r}"
+    note = " (no progress: try a different action)" if outcome.steps == 0 else ""
+    return f"{said} -> {outcome.steps} steps, {outcome.result}{note}"
+
+
 def parse_action(text: str, space: ActionSpace) -> str | None:
     """Strict grammar: ``ws* NAME ws* (newline .*)?`` with NAME one of the space's names, else ``None``.
 
@@ -162,6 +169,4 @@ class LMController:
                       output_tokens=int(new.shape[0]), lm_call=True)
 
     def observe(self, choice: Choice, outcome: DecisionOutcome, bot: Bot) -> None:
-        said = choice.action if choice.action else f"unparseable output {choice.raw!r}"
-        note = " (no progress: try a different action)" if outcome.steps == 0 else ""
-        self.history.append(f"{said} -> {outcome.steps} steps, {outcome.result}{note}")
+        self.history.append(history_line(choice, outcome))

@@ -305,3 +305,21 @@ def test_another_registered_task_runs_through_the_same_api():
     results = [episode("MiniHack-Room-Dark-15x15-v0", ScriptedController(), "skill", seed=s) for s in range(3)]
     assert all(r.success for r in results)
     assert sum(r.decisions for r in results) < sum(r.primitive_steps for r in results)
+
+
+def test_sft_traces_match_the_lm_prompt_and_training_lowers_the_target_loss():
+    from agentpost.codeskills.sft import collect_traces, encode, finetune
+    from agentpost.models.lm import tiny_random_lm
+    from agentpost.models.tokenizer import load_tokenizer
+
+    traces = collect_traces(["MiniHack-Room-5x5-v0"], 1, [900], interfaces=("skill", "primitive"))
+    assert [e["action"] for e in traces] == ["goto_stairs"] + ["southeast"] * 4  # the scripted teacher's choices
+    assert traces[0]["prompt"].endswith("Action:") and "Recent decisions:\n(none)" in traces[0]["prompt"]
+    assert "southeast -> 1 steps, primitive" in traces[2]["prompt"]  # the LM controller's history format
+    tok = load_tokenizer()
+    ids, mask = encode(traces[0], tok, max_prompt_tokens=64)
+    assert len(ids) == len(mask) and sum(mask) == len(tok(" goto_stairs\n")["input_ids"]) + 1
+    assert tok.decode([i for i, m in zip(ids, mask) if m], skip_special_tokens=True) == " goto_stairs\n"
+    log = finetune(tiny_random_lm(0), tok, traces, updates=30, lr=3e-3, batch_size=4, max_prompt_tokens=64,
+                   progress=False)
+    assert log["final_loss"] < log["first_loss"]
