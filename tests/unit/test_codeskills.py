@@ -235,6 +235,7 @@ def test_episodes_are_deterministic_under_a_seed():
 
 
 # ---- controllers ---------------------------------------------------------------------------------------------
+@pytest.mark.claim("codeskills", "C4")
 def test_equal_mass_gives_skills_and_primitives_half_each():
     space = action_space("mixed")
     p = RandomController.probabilities(space, "equal_mass")
@@ -323,3 +324,16 @@ def test_sft_traces_match_the_lm_prompt_and_training_lowers_the_target_loss():
     log = finetune(tiny_random_lm(0), tok, traces, updates=30, lr=3e-3, batch_size=4, max_prompt_tokens=64,
                    progress=False)
     assert log["final_loss"] < log["first_loss"]
+
+
+def test_lm_policy_spec_is_checked_and_the_hub_fails_clearly_offline(monkeypatch):
+    from agentpost.codeskills.diagnostic import load_lm_policy
+    from agentpost.toolsearcher.hub import HubModelUnavailable
+
+    with pytest.raises(ValueError, match="lm_policy must be"):
+        load_lm_policy("gpt-5")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(HubModelUnavailable, match="cannot load policy model"):
+        load_lm_policy("hub:Qwen/Qwen2.5-1.5B-Instruct")
+    with pytest.raises(FileNotFoundError, match="no tool-LM checkpoint"):
+        load_lm_policy("sft:/nonexistent/checkpoint")
