@@ -125,6 +125,15 @@ def parse_action(text: str, space: ActionSpace) -> str | None:
     return m.group(1)
 
 
+def prompt_ids(tokenizer, prompt: str) -> list[int]:
+    """Token ids of a prompt: the user turn of the chat template where the tokenizer has one, else plain text."""
+    if getattr(tokenizer, "chat_template", None):
+        out = tokenizer.apply_chat_template([{"role": "user", "content": prompt}], add_generation_prompt=True,
+                                            return_dict=True)
+        return list(out["input_ids"])
+    return list(tokenizer(prompt)["input_ids"])
+
+
 class LMController:
     """A causal LM as the policy: greedy decoding of at most ``max_new_tokens`` tokens per decision.
 
@@ -142,23 +151,12 @@ class LMController:
     def reset(self, rng) -> None:
         self.history = []
 
-    def encode(self, prompt: str):
-        import torch
-
-        tok = self.tokenizer
-        if getattr(tok, "chat_template", None):
-            ids = tok.apply_chat_template([{"role": "user", "content": prompt}], add_generation_prompt=True,
-                                          return_tensors="pt", return_dict=True)["input_ids"]
-        else:
-            ids = torch.tensor([tok(prompt)["input_ids"]])
-        return ids
-
     def act(self, bot: Bot, space: ActionSpace) -> Choice:
         import torch
 
         prompt = render_prompt(bot, space, self.history[-self.max_history:] if self.max_history else [],
                                task=self.task)
-        ids = self.encode(prompt).to(self.model.device)
+        ids = torch.tensor([prompt_ids(self.tokenizer, prompt)], device=self.model.device)
         pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.tokenizer.eos_token_id
         with torch.no_grad():
             out = self.model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=self.max_new_tokens,

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from agentpost.codeskills.controllers import ScriptedController, history_line, render_prompt
+from agentpost.codeskills.controllers import ScriptedController, history_line, prompt_ids, render_prompt
 from agentpost.codeskills.env import make_env
 from agentpost.codeskills.runtime import Budgets, Choice, action_space, run_episode
 
@@ -66,8 +66,9 @@ def collect_traces(tasks, episodes: int, seeds, interfaces=("primitive", "skill"
 
 
 def encode(example: dict, tokenizer, max_prompt_tokens: int) -> tuple[list[int], list[int]]:
-    """(input ids, target mask): the prompt (left-truncated) then `` <action>\\n`` and EOS, masked to the target."""
-    prompt = tokenizer(example["prompt"])["input_ids"][-max_prompt_tokens:]
+    """(input ids, target mask): the prompt encoded as the LM controller encodes it (left-truncated), then
+    `` <action>\\n`` and EOS; the mask marks the target."""
+    prompt = prompt_ids(tokenizer, example["prompt"])[-max_prompt_tokens:]
     target = tokenizer(f" {example['action']}\n")["input_ids"] + [tokenizer.eos_token_id]
     return prompt + target, [0] * len(prompt) + [1] * len(target)
 

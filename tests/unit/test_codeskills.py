@@ -337,3 +337,13 @@ def test_lm_policy_spec_is_checked_and_the_hub_fails_clearly_offline(monkeypatch
         load_lm_policy("hub:Qwen/Qwen2.5-1.5B-Instruct")
     with pytest.raises(FileNotFoundError, match="no tool-LM checkpoint"):
         load_lm_policy("sft:/nonexistent/checkpoint")
+
+
+def test_prompt_ids_use_the_chat_template_where_there_is_one():
+    from agentpost.codeskills.controllers import prompt_ids
+    from agentpost.models.tokenizer import load_tokenizer
+
+    tok = load_tokenizer()
+    assert prompt_ids(tok, "Action:") == tok("Action:")["input_ids"]
+    tok.chat_template = "{% for m in messages %}<|im_start|>{{ m['content'] }}<|im_end|>{% endfor %}"
+    assert prompt_ids(tok, "Action:") == tok("<|im_start|>Action:<|im_end|>")["input_ids"]
