@@ -1,0 +1,349 @@
+"""Mechanism tests for agentpost.codeskills on real MiniHack (spec code-skills.md, "Mechanism tests")."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+pytest.importorskip("minihack")
+
+from agentpost.codeskills import maps
+from agentpost.codeskills.bot import Bot
+from agentpost.codeskills.controllers import (LMController, RandomController, ScriptedController, parse_action,
+                                              render_prompt)
+from agentpost.codeskills.env import (ABORTED, DEATH, PRIMITIVE_KEYS, TASK_SUCCESSFUL, classify_end, make_env,
+                                      seeded_reset)
+from agentpost.codeskills.runtime import Budgets, action_space, discounted, run_decision, run_episode
+from agentpost.codeskills.skills import SKILLS
+
+NO_PANICS = ()
+
+
+def fresh(des, task=maps.NAVIGATION_TASK, seed=7, **opt):
+    env = make_env(task, des_file=des, **opt)
+    obs, _ = seeded_reset(env, seed)
+    return Bot(env, obs)
+
+
+def decide(bot, action, interface="skill", budgets=Budgets(), limit=1000):
+    return run_decision(bot, action_space(interface), action, budgets, limit, NO_PANICS)
+
+
+def episode(task, controller, interface, budgets=Budgets(), seed=1, **kw):
+    env = make_env(task, **kw.pop("env", {}))
+    return run_episode(env, controller, action_space(interface), budgets, env_seed=seed,
+                       rng=np.random.default_rng(seed), task=task, interface=interface, **kw)
+
+
+def test_glyph_layout_matches_nle():
+    from nle import nethack
+
+    from agentpost.codeskills import bot as b
+
+    for name in ("GLYPH_PET_OFF", "GLYPH_INVIS_OFF", "GLYPH_DETECT_OFF", "GLYPH_BODY_OFF", "GLYPH_RIDDEN_OFF",
+                 "GLYPH_OBJ_OFF", "GLYPH_CMAP_OFF", "GLYPH_EXPLODE_OFF", "MAX_GLYPH"):
+        assert getattr(b, name) == getattr(nethack, name), name
+
+
+# ---- environment: seeding, termination vs truncation -------------------------------------------------------
+def test_explicit_seeding_gives_identical_maps():
+    env = make_env("MiniHack-Room-Random-5x5-v0")
+    maps_ = [seeded_reset(env, 42)[0]["chars"].copy() for _ in range(3)]
+    assert all(np.array_equal(maps_[0], m) for m in maps_[1:])
+    others = [seeded_reset(env, s)[0]["chars"].copy() for s in range(43, 49)]
+    assert any(not np.array_equal(maps_[0], m) for m in others)  # the seed really drives the level
+
+
+def test_four_southeast_moves_win_room_5x5():
+    env = make_env("MiniHack-Room-5x5-v0")
+    seeded_reset(env, 0)
+    bot = Bot(env, seeded_reset(env, 0)[0])
+    rewards = [bot.step("southeast") for _ in range(4)]
+    assert rewards == [0.0, 0.0, 0.0, 1.0] and bot.success and bot.end.kind == "terminated"
+
+
+def test_step_limit_arrives_as_terminated_and_is_classified_truncated():
+    env = make_env("MiniHack-Room-15x15-v0", max_episode_steps=5)
+    seeded_reset(env, 3)
+    wall = list(PRIMITIVE_KEYS).index("search")
+    for i in range(5):
+        obs, reward, terminated, truncated, info = env.step(wall)
+    assert (terminated, truncated, int(info["end_status"])) == (True, False, ABORTED)  # NLE's own signalling
+    assert classify_end(terminated, truncated, info).kind == "truncated"
+    res = episode("MiniHack-Room-15x15-v0", ScriptedController(), "primitive", env={"max_episode_steps": 5},
+                  budgets=Budgets(max_decisions=100))
+    assert (res.end_kind, res.stop_reason, res.primitive_steps, res.success) == ("truncated", "env_step_limit", 5, False)
+
+
+def test_classify_end_table():
+    assert classify_end(True, False, {"end_status": TASK_SUCCESSFUL}).reason == "success"
+    assert classify_end(True, False, {"end_status": DEATH}).kind == "terminated"
+    assert classify_end(False, True, {"end_status": 0}).kind == "truncated"
+    assert classify_end(False, False, {"end_status": 0}).kind == "running"
+
+
+def test_bad_task_and_budgets_fail_clearly():
+    with pytest.raises(ValueError, match="unknown MiniHack task"):
+        make_env("MiniHack-NoSuchTask-v0")
+    with pytest.raises(ValueError, match="max_decisions"):
+        Budgets(max_decisions=0)
+    with pytest.raises(ValueError, match="counts"):
+        Budgets(counts="everything")
+    with pytest.raises(ValueError, match="interface"):
+        action_space("hybrid")
+
+
+# ---- skills on hand-made maps: known primitive counts ----------------------------------------------------
+def test_goto_stairs_takes_four_moves():
+    bot = fresh(maps.STAIRS_AHEAD)
+    out = decide(bot, "goto_stairs")
+    assert (out.steps, out.result, bot.success) == (4, "episode_end", True)
+
+
+def test_explore_room_then_goto_stairs_in_the_dark():
+    bot = fresh(maps.DARK_CORRIDOR)
+    assert not bot.stairs
+    out = decide(bot, "explore_room")
+    assert (out.steps, out.result, bool(bot.stairs)) == (5, "done", True)
+    out = decide(bot, "goto_stairs")
+    assert (out.steps, bot.success) == (1, True)
+
+
+def test_pick_up_takes_two_moves_and_one_pickup():
+    bot = fresh(maps.APPLE, maps.SKILL_TASK)
+    out = decide(bot, "pick_up")
+    assert (out.steps, out.result) == (3, "done") and any("apple" in v for v in bot.inventory.values())
+
+
+def test_freeze_lava_is_one_three_key_command_then_the_way_is_open():
+    bot = fresh(maps.LAVA, maps.SKILL_TASK, autopickup=True)
+    assert bot.item_letter("wand") and bot.lava and bot.path_to(bot.stairs) is None
+    out = decide(bot, "freeze_lava")
+    assert (out.steps, out.result, bot.lava) == (3, "done", [])
+    out = decide(bot, "goto_stairs")
+    assert (out.steps, bot.success) == (13, True)
+
+
+def test_fight_kills_an_adjacent_newt_within_its_swing_cap():
+    bot = fresh(maps.NEWT)
+    assert len(bot.monsters) == 1
+    out = decide(bot, "fight")
+    assert out.result == "done" and 1 <= out.steps <= 20 and not bot.monsters
+
+
+def test_skills_without_a_target_take_zero_steps():
+    bot = fresh(maps.EMPTY)
+    for name in ("goto_stairs", "pick_up", "fight", "freeze_lava"):
+        out = decide(bot, name)
+        assert (out.steps, out.result) == (0, "failed"), name
+    assert decide(bot, "search_hidden").steps == 5
+
+
+def test_skill_cap_stops_a_skill_exactly():
+    bot = fresh(maps.STAIRS_AHEAD)
+    out = decide(bot, "goto_stairs", budgets=Budgets(skill_step_cap=3))
+    assert (out.steps, out.result, bot.steps, bot.done) == (3, "cap", 3, False)
+
+
+def test_open_prompt_makes_every_skill_return_false_without_stepping():
+    bot = fresh(maps.LAVA, maps.SKILL_TASK, autopickup=True)
+    decide(bot, "zap", interface="mixed")
+    assert bot.prompt_open() and "zap" in bot.message
+    for name in SKILLS:
+        assert decide(bot, name).steps == 0, name
+
+
+# ---- runtime: quantities and budgets -------------------------------------------------------------------
+def test_discounted_skill_reward_worked_example():
+    assert discounted([0, 0, 1], 0.99) == pytest.approx(0.9801)
+
+
+def test_string_action_space_rejects_integers():
+    space = action_space("mixed")
+    assert "explore_room" in space and "north" in space and "fly" not in space
+    with pytest.raises(TypeError):
+        3 in space  # noqa: B015
+    assert len(action_space("primitive")) == len(PRIMITIVE_KEYS)
+
+
+@pytest.mark.claim("codeskills", "C2")
+def test_decisions_equal_primitive_steps_in_primitive_only_mode_and_bound_them_otherwise():
+    for interface in ("primitive", "skill", "mixed"):
+        for seed in range(3):
+            r = episode("MiniHack-Quest-Easy-v0", RandomController(), interface, seed=seed)
+            assert r.decisions <= r.primitive_steps + r.zero_step_decisions
+            if interface == "primitive":
+                assert r.decisions == r.primitive_steps
+
+
+@pytest.mark.claim("codeskills", "C2")
+def test_one_skill_decision_runs_many_primitives_the_scripted_policy_at_two_granularities():
+    prim = episode("MiniHack-Room-15x15-v0", ScriptedController(), "primitive", seed=5)
+    skill = episode("MiniHack-Room-15x15-v0", ScriptedController(), "skill", seed=5)
+    assert prim.success and skill.success
+    assert skill.primitive_steps == prim.primitive_steps == prim.decisions > 1 and skill.decisions == 1
+
+
+def test_nested_calls_count_in_all_calls_not_in_decisions():
+    bot = fresh(maps.STAIRS_AHEAD)
+    decide(bot, "goto_stairs")
+    assert bot.calls == 2  # goto_stairs and the travel_to it calls
+    env = make_env(maps.NAVIGATION_TASK, des_file=maps.DARK_CORRIDOR)
+    top = run_episode(env, ScriptedController(), action_space("skill"), Budgets(max_decisions=1), env_seed=7,
+                      rng=np.random.default_rng(0))
+    assert (top.decisions, top.stop_reason) == (1, "decision_budget") and top.all_calls > top.decisions
+    allc = run_episode(env, ScriptedController(), action_space("skill"), Budgets(max_decisions=3, counts="all_calls"),
+                       env_seed=7, rng=np.random.default_rng(0))
+    assert allc.all_calls >= 3 and allc.decisions < allc.all_calls
+
+
+def test_decision_budget_stops_exactly_and_independently_of_the_step_limit():
+    r = episode("MiniHack-Room-15x15-v0", RandomController(), "primitive", budgets=Budgets(max_decisions=7))
+    assert (r.decisions, r.primitive_steps, r.stop_reason, r.end_kind) == (7, 7, "decision_budget", "truncated")
+
+
+def test_primitive_budget_stops_exactly_and_independently_of_the_decision_budget():
+    r = episode("MiniHack-Corridor-R3-v0", ScriptedController(), "skill", budgets=Budgets(max_primitive_steps=9))
+    assert (r.primitive_steps, r.stop_reason) == (9, "primitive_budget") and r.decisions < 100
+
+
+def test_no_progress_stop_after_exactly_the_limit():
+    env = make_env(maps.NAVIGATION_TASK, des_file=maps.EMPTY)
+
+    class Stubborn:  # always picks a skill that has no target here: zero primitive steps per decision
+        name = "stubborn"
+
+        def reset(self, rng):
+            pass
+
+        def act(self, bot, space):
+            from agentpost.codeskills.runtime import Choice
+            return Choice("goto_stairs")
+
+        def observe(self, *a):
+            pass
+
+    r = run_episode(env, Stubborn(), action_space("skill"), Budgets(no_progress_limit=6), env_seed=7,
+                    rng=np.random.default_rng(0))
+    assert (r.decisions, r.primitive_steps, r.zero_step_decisions, r.stop_reason) == (6, 0, 6, "no_progress")
+
+
+def test_episodes_are_deterministic_under_a_seed():
+    a = episode("MiniHack-Quest-Easy-v0", RandomController("equal_mass"), "mixed", seed=11).row()
+    b = episode("MiniHack-Quest-Easy-v0", RandomController("equal_mass"), "mixed", seed=11).row()
+    assert a == b
+
+
+# ---- controllers ---------------------------------------------------------------------------------------------
+@pytest.mark.claim("codeskills", "C4")
+def test_equal_mass_gives_skills_and_primitives_half_each():
+    space = action_space("mixed")
+    p = RandomController.probabilities(space, "equal_mass")
+    n_s = len(space.skills)
+    assert p[:n_s].sum() == pytest.approx(0.5) and p[n_s:].sum() == pytest.approx(0.5)
+    u = RandomController.probabilities(space, "uniform")
+    assert u[:n_s].sum() == pytest.approx(n_s / len(space))  # the dilution: 6 of 25 actions are skills
+    assert np.allclose(RandomController.probabilities(action_space("skill"), "equal_mass"), 1 / n_s)
+
+
+def test_scripted_mixed_equals_scripted_skill_only():
+    a = episode("MiniHack-Corridor-R3-v0", ScriptedController(), "skill", seed=2).row()
+    b = episode("MiniHack-Corridor-R3-v0", ScriptedController(), "mixed", seed=2).row()
+    a.pop("interface"), b.pop("interface")
+    assert a == b
+
+
+def test_strict_grammar():
+    space = action_space("mixed")
+    assert parse_action("goto_stairs", space) == "goto_stairs"
+    assert parse_action("  north \nbecause it is close", space) == "north"
+    assert parse_action("go north", space) is None
+    assert parse_action("North", space) is None
+    assert parse_action("teleport", space) is None
+    assert parse_action("", space) is None
+    assert parse_action("north.", space) is None
+
+
+class _ScriptedLM:
+    """A stand-in causal LM (synthetic, for the interface test only): generate() appends fixed token ids."""
+
+    def __init__(self, reply_ids):
+        import torch
+
+        self.reply = torch.tensor([reply_ids])
+        self.device = torch.device("cpu")
+
+    def generate(self, ids, **kw):
+        import torch
+
+        return torch.cat([ids, self.reply[:, :kw["max_new_tokens"]]], dim=1)
+
+
+def test_lm_controller_counts_calls_tokens_and_unparseable_with_a_tiny_random_lm():
+    from agentpost.models.lm import tiny_random_lm
+    from agentpost.models.tokenizer import load_tokenizer
+
+    tok = load_tokenizer()
+    ctrl = LMController(tiny_random_lm(0), tok, max_new_tokens=4, task="Room-5x5")
+    r = episode("MiniHack-Room-5x5-v0", ctrl, "skill", budgets=Budgets(max_decisions=3))
+    assert r.lm_calls == r.decisions == 3
+    assert r.prompt_tokens > 100 and 3 <= r.output_tokens <= 12
+    assert r.unparseable + r.skill_decisions == 3
+    stub = LMController(_ScriptedLM(tok("goto_stairs\n")["input_ids"]), tok, max_new_tokens=8)
+    r = episode("MiniHack-Room-5x5-v0", stub, "skill")
+    assert (r.success, r.decisions, r.unparseable, r.primitive_steps) == (True, 1, 0, 4)
+
+
+def test_prompt_lists_every_action_and_shows_the_map():
+    bot = fresh(maps.STAIRS_AHEAD)
+    space = action_space("mixed")
+    text = render_prompt(bot, space, ["north -> 1 steps, primitive"], task="demo")
+    assert all(f"- {n}:" in text for n in space.names) and "|@...>|" in text and text.endswith("Action:")
+
+
+def test_another_registered_task_runs_through_the_same_api():
+    """An environment not used in the chapter (a dark 15x15 room) runs with no code change."""
+    results = [episode("MiniHack-Room-Dark-15x15-v0", ScriptedController(), "skill", seed=s) for s in range(3)]
+    assert all(r.success for r in results)
+    assert sum(r.decisions for r in results) < sum(r.primitive_steps for r in results)
+
+
+def test_sft_traces_match_the_lm_prompt_and_training_lowers_the_target_loss():
+    from agentpost.codeskills.sft import collect_traces, encode, finetune
+    from agentpost.models.lm import tiny_random_lm
+    from agentpost.models.tokenizer import load_tokenizer
+
+    traces = collect_traces(["MiniHack-Room-5x5-v0"], 1, [900], interfaces=("skill", "primitive"))
+    assert [e["action"] for e in traces] == ["goto_stairs"] + ["southeast"] * 4  # the scripted teacher's choices
+    assert traces[0]["prompt"].endswith("Action:") and "Recent decisions:\n(none)" in traces[0]["prompt"]
+    assert "southeast -> 1 steps, primitive" in traces[2]["prompt"]  # the LM controller's history format
+    tok = load_tokenizer()
+    ids, mask = encode(traces[0], tok, max_prompt_tokens=64)
+    assert len(ids) == len(mask) and sum(mask) == len(tok(" goto_stairs\n")["input_ids"]) + 1
+    assert tok.decode([i for i, m in zip(ids, mask) if m], skip_special_tokens=True) == " goto_stairs\n"
+    log = finetune(tiny_random_lm(0), tok, traces, updates=30, lr=3e-3, batch_size=4, max_prompt_tokens=64,
+                   progress=False)
+    assert log["final_loss"] < log["first_loss"]
+
+
+def test_lm_policy_spec_is_checked_and_the_hub_fails_clearly_offline(monkeypatch):
+    from agentpost.codeskills.diagnostic import load_lm_policy
+    from agentpost.toolsearcher.hub import HubModelUnavailable
+
+    with pytest.raises(ValueError, match="lm_policy must be"):
+        load_lm_policy("gpt-5")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(HubModelUnavailable, match="cannot load policy model"):
+        load_lm_policy("hub:Qwen/Qwen2.5-1.5B-Instruct")
+    with pytest.raises(FileNotFoundError, match="no tool-LM checkpoint"):
+        load_lm_policy("sft:/nonexistent/checkpoint")
+
+
+def test_prompt_ids_use_the_chat_template_where_there_is_one():
+    from agentpost.codeskills.controllers import prompt_ids
+    from agentpost.models.tokenizer import load_tokenizer
+
+    tok = load_tokenizer()
+    assert prompt_ids(tok, "Action:") == tok("Action:")["input_ids"]
+    tok.chat_template = "{% for m in messages %}<|im_start|>{{ m['content'] }}<|im_end|>{% endfor %}"
+    assert prompt_ids(tok, "Action:") == tok("<|im_start|>Action:<|im_end|>")["input_ids"]
