@@ -20,6 +20,7 @@ import os
 import sys
 import tempfile
 import time
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import nbformat
@@ -63,6 +64,7 @@ def run_path(chapter: str, env: dict[str, str], workdir: Path) -> tuple[dict, fl
     """Execute ``notebooks/<chapter>.ipynb`` once with ``env`` added to the kernel's environment."""
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
+    workdir.mkdir(parents=True, exist_ok=True)
     out_nb = workdir / f"{chapter}.ipynb"
     t0 = time.perf_counter()
     try:
@@ -115,6 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("chapters", nargs="+")
     parser.add_argument("--paths", default=",".join(DEFAULT_PATHS), help="comma-separated kernel paths to run")
+    parser.add_argument("--jobs", type=int, default=1, help="kernel paths run at once (each in its own process)")
     args = parser.parse_args(argv)
     paths = args.paths.split(",")
     unknown = sorted(set(paths) - set(KERNEL_PATHS))
@@ -127,10 +130,11 @@ def main(argv: list[str] | None = None) -> int:
     for chapter in args.chapters:
         committed = nbformat.read(ROOT / "notebooks" / f"{chapter}.ipynb", as_version=4)
         per_path, walls = {"committed": read_scraps(committed)}, {}
-        with tempfile.TemporaryDirectory() as tmp:
-            for p in paths:
-                print(f"[{chapter}] kernel path {p} ...", flush=True)
-                per_path[p], walls[p] = run_path(chapter, KERNEL_PATHS[p], Path(tmp))
+        with tempfile.TemporaryDirectory() as tmp, ProcessPoolExecutor(max_workers=args.jobs) as pool:
+            print(f"[{chapter}] kernel paths {paths} ...", flush=True)
+            futures = {p: pool.submit(run_path, chapter, KERNEL_PATHS[p], Path(tmp) / p) for p in paths}
+            for p, future in futures.items():
+                per_path[p], walls[p] = future.result()
         result = {"chapter": chapter, "seed": 42, "profile": "smoke (notebook defaults)", "paths": paths,
                   "environments": {p: KERNEL_PATHS[p] for p in paths},
                   "wall_s": walls, "device": device_info(), "packages": package_versions(),
