@@ -119,19 +119,22 @@ def load_interactions(*, user_fraction: float = 1.0, salt: str = "muser-users-v1
     """All users' histories sorted by (timestamp, movie id) — ties broken by id, deterministically.
 
     ``user_fraction`` < 1 keeps a deterministic subsample: users whose sha256(salt + user id) falls in the lowest
-    ``user_fraction`` of the hash range (independent of any seed). The catalogue stays the full 10,506 movies.
+    ``user_fraction`` of the hash range (independent of any seed). The catalogue is every movie the kept users
+    rated (all 10,506 on the full set, where every movie is rated), in movie-id order.
     """
     if not 0 < user_fraction <= 1:
         raise ValueError(f"user_fraction must be in (0, 1], got {user_fraction}")
     r = load_ratings()
-    movies = tuple(sorted(load_movies(), key=lambda m: m.movie_id))
-    index = {m.movie_id: i + 1 for i, m in enumerate(movies)}
     order = np.lexsort((r["movie"], r["ts"], r["user"]))
     r = r[order]
     users, starts = np.unique(r["user"], return_index=True)
     bounds = list(starts) + [len(r)]
     keep = [u for u in range(len(users)) if _hash_unit(salt, int(users[u])) < user_fraction]
-    item_col = np.fromiter((index[m] for m in r["movie"]), dtype=np.int64, count=len(r))
+    kept_rows = np.concatenate([np.arange(bounds[u], bounds[u + 1]) for u in keep])
+    rated = set(np.unique(r["movie"][kept_rows]).tolist())
+    movies = tuple(sorted((m for m in load_movies() if m.movie_id in rated), key=lambda m: m.movie_id))
+    index = {m.movie_id: i + 1 for i, m in enumerate(movies)}
+    item_col = np.fromiter((index.get(m, 0) for m in r["movie"]), dtype=np.int64, count=len(r))
     note = "" if user_fraction == 1 else f"deterministic {user_fraction:.0%} user subsample (sha256 of '{salt}' + id)"
     return Interactions(users=users[keep], items=[item_col[bounds[u]:bounds[u + 1]] for u in keep],
                         times=[r["ts"][bounds[u]:bounds[u + 1]] for u in keep], movies=movies, note=note)

@@ -130,6 +130,7 @@ def test_next_k_contrastive_worked_example_and_masks():
         pytest.approx(-0.5 * (math.log(math.e**2 / (math.e**2 + 1)) + math.log(math.e / (math.e + 1))), abs=1e-6)
 
 
+@pytest.mark.claim("muser", "C3")
 def test_alignment_infonce_worked_example():
     eye = torch.eye(2)
     assert alignment_infonce(eye, eye, tau=1.0).item() == pytest.approx(math.log(math.e + 1) - 1, abs=1e-6)
