@@ -89,9 +89,12 @@ class ItemEncoder(nn.Module):
         return self.id_emb(ids), (self.w_sem(self.sem[ids]) if self.sem is not None else None)
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
-        a, b = self.views(ids)
-        e = a if b is None else a + b
-        return F.normalize(e, dim=-1) * (ids > 0).unsqueeze(-1) if self.normalize else e
+        if self.sem is None:
+            e = self.id_emb(ids)
+            return F.normalize(e, dim=-1) * (ids > 0).unsqueeze(-1) if self.normalize else e
+        # fuse the whole catalogue once and gather (cheaper than projecting every history position)
+        table = F.normalize(self.id_emb.weight + self.w_sem(self.sem), dim=-1)
+        return table[ids] * (ids > 0).unsqueeze(-1)
 
     def all_items(self) -> torch.Tensor:
         """Vectors of items 1..N, (N, d)."""

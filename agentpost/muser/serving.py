@@ -107,5 +107,6 @@ def replay_policy(model, rep: Replay, t_cut: int, policy: str, interval: float, 
         sc = cached_scores(model, h, r[s:s + batch_size])
         ranks.append(target_ranks(sc, torch.as_tensor(rep.targets[s:s + batch_size]), h))
     computations = len({(int(u), int(k)) for u, k in zip(rep.users, r)})
-    return {"metrics": ranking_metrics(np.concatenate(ranks), ks), "compute_saved": 1 - computations / len(r),
+    ranks = np.concatenate(ranks)
+    return {"metrics": ranking_metrics(ranks, ks), "ranks": ranks, "compute_saved": 1 - computations / len(r),
             "staleness_actions": float(np.mean(rep.n - r)), "r": r}
