@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import numpy as np
+from tqdm.auto import tqdm
 
 from agentpost.muser.model import MuSeRConfig
 from agentpost.muser.train import TrainConfig, evaluate, popularity_metrics, train_model
@@ -53,6 +54,7 @@ def run_arms(arms, base: MuSeRConfig, tc: TrainConfig, split, seeds, *, num_inte
     """Train and evaluate every arm on every seed: {arm: {seed: {"validation", "test": per-user metrics,
     "history", "wall_s"}}}; popularity is trained once and repeated per seed (it has no randomness)."""
     out: dict = {}
+    bar = tqdm(total=len(arms) * len(seeds), desc="arms x seeds", disable=not progress, mininterval=5.0)
     for arm in arms:
         cfg = arm_config(arm, base, num_interests=num_interests, ortho_lambda=ortho_lambda, align_weight=align_weight)
         if cfg is not None and cfg.semantic and semantic is None:
@@ -63,9 +65,12 @@ def run_arms(arms, base: MuSeRConfig, tc: TrainConfig, split, seeds, *, num_inte
                 res = {k: popularity_metrics(split.train, base.n_items, case.history, case.target, ks)
                        for k, case in (("validation", split.validation), ("test", split.test))}
                 out[arm][seed] = {**res, "history": [], "wall_s": 0.0}
+                bar.update(1)
                 continue
-            model, hist, wall = train_model(cfg, tc, split.train, seed, semantic, progress=progress)
+            model, hist, wall = train_model(cfg, tc, split.train, seed, semantic, progress=False)
             out[arm][seed] = {"validation": evaluate(model, split.validation.history, split.validation.target, ks=ks),
                               "test": evaluate(model, split.test.history, split.test.target, ks=ks),
                               "history": hist, "wall_s": wall, "model": model}
+            bar.update(1)
+    bar.close()
     return out
