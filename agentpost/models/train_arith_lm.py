@@ -133,9 +133,11 @@ def _versions() -> dict:
             "tokenizers": tokenizers.__version__, "numpy": np.__version__}
 
 
-def train(out_dir: Path = A.ASSET_DIR, hp: Hyper = Hyper(), arch: dict | None = None, device: str = "cpu") -> dict:
+def train(out_dir: Path = A.ASSET_DIR, hp: Hyper = Hyper(), arch: dict | None = None, device: str = "cpu",
+          init: Path | None = None) -> dict:
     """Pretrain, save and evaluate (module docstring); ``arch`` overrides :data:`arith_lm.ARCH` (larger models for
-    the GPU profiles), ``device`` is where training runs (the committed checkpoint: CPU)."""
+    the GPU profiles), ``device`` is where training runs (the committed checkpoint: CPU); ``init`` continues from
+    a saved checkpoint of this script (a second phase; its receipt is kept under ``previous_phases``)."""
     from tqdm.auto import tqdm
     from transformers import Qwen3ForCausalLM
 
@@ -147,7 +149,16 @@ def train(out_dir: Path = A.ASSET_DIR, hp: Hyper = Hyper(), arch: dict | None = 
     splits = {s: arithmetic_split(s) for s in ("train", "validation", "test")}
     cfg = A.config(**(arch or {}))
     cfg._attn_implementation = "sdpa"
-    model = Qwen3ForCausalLM(cfg).to(device)
+    previous = []
+    if init is not None:
+        model = Qwen3ForCausalLM.from_pretrained(str(init)).to(device)
+        cfg = model.config
+        old = json.loads((Path(init) / "receipt.json").read_text())
+        previous = old.get("previous_phases", []) + [{k: old[k] for k in ("command", "hyperparameters", "tokens_seen",
+                                                                          "final_train_loss", "wall_s")}]
+        rng = np.random.default_rng(hp.seed + 1000 * len(previous))  # a fresh example stream for the new phase
+    else:
+        model = Qwen3ForCausalLM(cfg).to(device)
     n_params = sum(p.numel() for p in model.parameters())
     opt = torch.optim.AdamW(model.parameters(), lr=hp.lr, weight_decay=hp.weight_decay, betas=(0.9, 0.95))
     train_exprs = splits["train"]
@@ -190,7 +201,7 @@ def train(out_dir: Path = A.ASSET_DIR, hp: Hyper = Hyper(), arch: dict | None = 
                     "scratch on GSM8K-derived arithmetic (train-split calculator annotations; synthetic response "
                     "format over real expressions)",
         "script": "agentpost/models/train_arith_lm.py",
-        "command": " ".join(["python -m agentpost.models.train_arith_lm"] + [
+        "command": " ".join(["python -m agentpost.models.train_arith_lm"] + ([f"--init {init}"] if init else []) + [
             f"--{k.replace('_', '-')} {v}" for k, v in asdict(hp).items() if v != getattr(Hyper, k)]),
         "formats": {"student_prompt": A.student_prompt(splits["train"][0]),
                     "teacher_prompt_assistant": A.teacher_prompt(splits["train"][0], "assistant"),
@@ -207,6 +218,7 @@ def train(out_dir: Path = A.ASSET_DIR, hp: Hyper = Hyper(), arch: dict | None = 
                                                         "num_key_value_heads", "head_dim", "max_position_embeddings",
                                                         "tie_word_embeddings")},
         "parameters": n_params,
+        "previous_phases": previous,
         "tokens_seen": tokens,
         "final_train_loss": float(np.mean(losses[-hp.log_every:])),
         "evaluation_greedy": ev,
@@ -222,11 +234,12 @@ def train(out_dir: Path = A.ASSET_DIR, hp: Hyper = Hyper(), arch: dict | None = 
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=A.ASSET_DIR)
+    parser.add_argument("--init", type=Path, default=None, help="continue from this checkpoint folder")
     for name, default in asdict(Hyper()).items():
         parser.add_argument("--" + name.replace("_", "-"), type=type(default), default=default)
     args = vars(parser.parse_args(argv))
-    out = args.pop("out")
-    receipt = train(out, Hyper(**args))
+    out, init = args.pop("out"), args.pop("init")
+    receipt = train(out, Hyper(**args), init=init)
     print(json.dumps({k: receipt[k] for k in ("evaluation_greedy", "wall_s", "parameters")}, indent=2))
     return receipt
 
