@@ -25,6 +25,10 @@ Formats (the model was trained on exactly these strings; ``<eos>`` ends every re
 
     <|im_start|>user\\nCompute 48/2.\\nPrevious answer: {response}\\nRewrite it concisely.<|im_end|>\\n<|im_start|>assistant\\n
 
+Committed checkpoint (``receipt.json``, greedy, 200 held-out test items): the student is right on only 1.5% of
+the test expressions (4.5% of validation) while the assistant-side teacher prompt is right on 100% (it copies the
+reference), so the privileged teacher is far better than the student, the situation OPSD needs.
+
 Pretraining mixes the four prompt kinds (student, both teacher layouts, refinement) so that the one network can
 play the student, the privileged teacher and the rewriter, the three roles of Recursive OPSD.
 """

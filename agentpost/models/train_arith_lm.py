@@ -11,9 +11,12 @@ Evaluation (receipt): greedy decoding on validation and held-out test expression
 (exact match of the final box, mean response tokens, share with "Wait"), from the assistant-side teacher prompt,
 and the rewrite of the model's own student responses (share shorter, share keeping the final value).
 
-Run (about 8 minutes on one contended CPU thread)::
+The committed checkpoint is two phases on one CPU thread (``receipt.json`` keeps both; about 9 CPU-minutes in all,
+~35 wall-minutes on the shared, contended machine)::
 
-    nice -n 10 python -m agentpost.models.train_arith_lm        # writes agentpost/models/assets/gsm8k-arith-lm/
+    nice -n 10 python -m agentpost.models.train_arith_lm --out /tmp/phase1                       # 500 updates
+    nice -n 10 python -m agentpost.models.train_arith_lm --init /tmp/phase1 --steps 600 --warmup-steps 10 --seed 1
+    # the second command writes agentpost/models/assets/gsm8k-arith-lm/
 """
 
 from __future__ import annotations

@@ -68,3 +68,30 @@ def test_hub_check_fails_clearly_offline(monkeypatch):
         require_hub_model("agentpost-nonexistent/model-xyz")
     with pytest.raises(ValueError, match="hub model id"):
         require_hub_model("")
+
+
+def test_pretraining_examples_cover_the_three_roles():
+    from agentpost.models.train_arith_lm import Hyper, example
+
+    e, rng, hp = Expression("48/2", "24"), np.random.default_rng(0), Hyper()
+    prompt, target = example(e, 0, rng, hp)
+    assert prompt == A.student_prompt(e) and A.final_answer(target) == "24"
+    assert example(e, 1, rng, hp)[0] == A.teacher_prompt(e, "assistant")
+    assert example(e, 2, rng, hp)[0] == A.teacher_prompt(e, "user")
+    prompt, target = example(e, 3, rng, hp)
+    assert prompt.startswith(A.USER + "Compute 48/2.\nPrevious answer: ")
+    assert target == A.concise_rewrite(e, A.final_answer(prompt.split("Previous answer: ")[1]))
+
+
+def test_pretraining_script_runs_and_writes_a_loadable_checkpoint(tmp_path):
+    from agentpost.models.train_arith_lm import Hyper, train
+
+    arch = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+                num_key_value_heads=1, head_dim=16)
+    receipt = train(tmp_path, Hyper(steps=2, batch=4, eval_items=2, max_new_tokens=8, warmup_steps=1), arch=arch)
+    assert receipt["task"]["splits"] == {"train": 4324, "validation": 498, "test": 464}
+    assert receipt["evaluation_greedy"]["test"]["items"] == 2
+    model, tok = A.load(tmp_path)
+    assert model.config.hidden_size == 32 and tok.decode(tok("7*6").input_ids) == "7*6"
+    again = train(tmp_path / "b", Hyper(steps=1, batch=4, eval_items=1, max_new_tokens=4), init=tmp_path)
+    assert len(again["previous_phases"]) == 1 and again["previous_phases"][0]["hyperparameters"]["steps"] == 2
