@@ -41,14 +41,18 @@ def _mean_prob(model, tok, prompts: list[str], prefixes: list[str], target: str 
     return float(np.mean(out))
 
 
-def probe(model, tok, items, *, layout: str = "assistant", cue: str = "Wait") -> dict[str, float]:
-    """``{student,teacher}_{p_eos,p_cue}`` on the fixed incorrect trajectories ``items`` (:func:`fixed_incorrect`)."""
+def probe(model, tok, items, *, layout: str = "assistant", cue: str = "Wait",
+          roles: tuple[str, ...] = ("student", "teacher")) -> dict[str, float]:
+    """``{role}_p_eos`` and ``{role}_p_cue`` for each of ``roles`` (``student``: the problem only; ``teacher``: with
+    the reference in ``layout``) on the fixed incorrect trajectories ``items`` (:func:`fixed_incorrect`)."""
     was = model.training
     model.eval()
     out = {}
     ends = [f"{e.text} = {w}. {A.boxed(w)}" for e, w in items]
     revisions = [f"{e.text} = {w}. " for e, w in items]
-    for role, prompt in (("student", A.student_prompt), ("teacher", lambda e: A.teacher_prompt(e, layout))):
+    contexts = {"student": A.student_prompt, "teacher": lambda e: A.teacher_prompt(e, layout)}
+    for role in roles:
+        prompt = contexts[role]
         prompts = [prompt(e) for e, _ in items]
         out[f"{role}_p_eos"] = _mean_prob(model, tok, prompts, ends, None)
         out[f"{role}_p_cue"] = _mean_prob(model, tok, prompts, revisions, cue)

@@ -97,10 +97,9 @@ def train_arm(model0, tok, train_exprs, cfg: ArmConfig, seed: int, *, probe_item
 
     def do_probe(step):
         if probe_items:
-            s, t = probe(student, tok, probe_items, layout=cfg.teacher_layout), \
-                probe(sync.forward_model(), tok, probe_items, layout=cfg.teacher_layout)
-            log["probe"].append({"step": step, **{k: v for k, v in s.items() if k.startswith("student")},
-                                 **{k: v for k, v in t.items() if k.startswith("teacher")}})
+            s = probe(student, tok, probe_items, layout=cfg.teacher_layout, roles=("student",))
+            t = probe(sync.forward_model(), tok, probe_items, layout=cfg.teacher_layout, roles=("teacher",))
+            log["probe"].append({"step": step, **s, **t})
 
     do_probe(0)
     for k in tqdm(range(1, cfg.updates + 1), desc=f"{cfg.name} seed {seed}", disable=not progress, leave=False):
