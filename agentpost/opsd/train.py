@@ -1,0 +1,160 @@
+"""One Recursive OPSD training run (the pseudo-code of the spec, one optimizer step per minibatch):
+
+1. draw the minibatch from the seed's fixed data order; 2. sample one response per problem from the current
+student (temperature ``train_temperature``, at most ``max_new_tokens``); 3. L_G: forward the student context and,
+under no-grad, the teacher context through the teacher-sync policy's model; per-position divergence over the full
+vocabulary on the retained response positions (:mod:`agentpost.opsd.loss`); 4. SRCL (optional): greedy rewrite
+from the refinement prompt, accept gates (:mod:`agentpost.opsd.srcl`), NLL of accepted rewrites after the student
+prompt (eq. 6); 5. AdamW on lambda_G L_G + lambda_S L_S (eq. 7) with gradient clipping; 6. teacher sync
+(:mod:`agentpost.opsd.teacher`). The probe (:mod:`agentpost.opsd.probe`) runs before step 1 and every
+``probe_every`` steps.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from agentpost.models import arith_lm as A
+from agentpost.opsd.loss import distill_loss, response_logits, response_mask
+from agentpost.opsd.probe import probe
+from agentpost.opsd.srcl import Gates, gate_results, srcl_loss
+from agentpost.opsd.teacher import TEACHER_SYNCS, make_sync
+from agentpost.opsd.divergence import DIVERGENCES
+
+
+@dataclass(frozen=True)
+class ArmConfig:
+    """One arm: teacher sync, SRCL on/off and everything that must be equal across arms."""
+
+    teacher_mode: str = "live"
+    ema_decay: float = 0.3
+    sync_every: int = 5
+    srcl: bool = False
+    teacher_layout: str = "assistant"
+    divergence: str = "forward_kl"
+    dce_positions: str = "all"
+    dce_agg: str = "seq_mean_token_mean"
+    lambda_g: float = 1.0
+    lambda_s: float = 1.0
+    lr: float = 3e-4
+    grad_clip: float = 1.0
+    batch: int = 16
+    updates: int = 10
+    max_new_tokens: int = 96
+    train_temperature: float = 1.0
+    gates: Gates = field(default_factory=Gates)
+
+    def __post_init__(self):
+        if self.teacher_mode not in TEACHER_SYNCS:
+            raise ValueError(f"unknown teacher_mode {self.teacher_mode!r}; known: {sorted(TEACHER_SYNCS)}")
+        if self.divergence not in DIVERGENCES:
+            raise ValueError(f"unknown divergence {self.divergence!r}; known: {sorted(DIVERGENCES)}")
+        if self.teacher_layout not in A.LAYOUTS:
+            raise ValueError(f"unknown teacher_layout {self.teacher_layout!r}; use one of {A.LAYOUTS}")
+        for name in ("batch", "updates", "max_new_tokens"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+
+    @property
+    def name(self) -> str:
+        base = {"live": "DCE", "frozen": "frozen", "ema": f"EMA(d={self.ema_decay})",
+                "periodic": f"periodic(m={self.sync_every})"}[self.teacher_mode]
+        return base + ("+SRCL" if self.srcl else "")
+
+
+def data_order(n_items: int, cfg: ArmConfig, seed: int) -> np.ndarray:
+    """Indices of the training items for every update of a seed (the same for every arm of that seed)."""
+    rng = np.random.default_rng(seed)
+    need = cfg.batch * cfg.updates
+    order = np.concatenate([rng.permutation(n_items) for _ in range(-(-need // n_items))])
+    return order[:need].reshape(cfg.updates, cfg.batch)
+
+
+def _ids(tok, texts: list[str]) -> list[list[int]]:
+    return [tok(t, add_special_tokens=False).input_ids for t in texts]
+
+
+def train_arm(model0, tok, train_exprs, cfg: ArmConfig, seed: int, *, probe_items=(), probe_every: int = 0,
+              progress: bool = True) -> tuple[torch.nn.Module, dict]:
+    """Train a copy of ``model0`` for ``cfg.updates`` steps; returns the student and a log with per-step losses,
+    SRCL acceptance, gate failure counts and the probe curve."""
+    from tqdm.auto import tqdm
+
+    torch.manual_seed(seed)
+    student = copy.deepcopy(model0).train()
+    sync = make_sync(cfg.teacher_mode, ema_decay=cfg.ema_decay, sync_every=cfg.sync_every)
+    sync.start(student)
+    opt = torch.optim.AdamW(student.parameters(), lr=cfg.lr, weight_decay=0.0)
+    order = data_order(len(train_exprs), cfg, seed)
+    log = {"arm": cfg.name, "config": {k: v for k, v in asdict(cfg).items() if k != "gates"},
+           "gates": asdict(cfg.gates), "loss_g": [], "loss_s": [], "accepted": [], "rollout_tokens": [],
+           "gate_failures": {}, "probe": []}
+
+    def do_probe(step):
+        if probe_items:
+            s = probe(student, tok, probe_items, layout=cfg.teacher_layout, roles=("student",))
+            t = probe(sync.forward_model(), tok, probe_items, layout=cfg.teacher_layout, roles=("teacher",))
+            log["probe"].append({"step": step, **s, **t})
+
+    do_probe(0)
+    for k in tqdm(range(1, cfg.updates + 1), desc=f"{cfg.name} seed {seed}", disable=not progress, leave=False):
+        exprs = [train_exprs[i] for i in order[k - 1]]
+        # rollouts are seeded by (seed, step): equal across arms wherever the students agree
+        rollouts = A.generate(student, tok, [A.student_prompt(e) for e in exprs], max_new_tokens=cfg.max_new_tokens,
+                              do_sample=True, temperature=cfg.train_temperature, seed=seed * 100_003 + k)
+        resp = [r["ids"] for r in rollouts]
+        student.train()
+        s_logits, _ = response_logits(student, _ids(tok, [A.student_prompt(e) for e in exprs]), resp, tok.pad_token_id)
+        with torch.no_grad():
+            t_logits, _ = response_logits(sync.forward_model(), _ids(tok, [A.teacher_prompt(e, cfg.teacher_layout)
+                                                                           for e in exprs]), resp, tok.pad_token_id)
+        mask = response_mask(resp, tok.eos_token_id, cfg.dce_positions).to(s_logits.device)
+        loss_g = distill_loss(t_logits, s_logits, mask, divergence_name=cfg.divergence, agg=cfg.dce_agg)
+        loss = cfg.lambda_g * loss_g
+        n_acc = 0
+        if cfg.srcl:
+            rewrites = A.generate(student, tok, [A.refine_prompt(e, r["text"]) for e, r in zip(exprs, rollouts)],
+                                  max_new_tokens=cfg.max_new_tokens)
+            accepted = []
+            for e, r, c in zip(exprs, rollouts, rewrites):
+                gates = gate_results(c["text"], len(c["ids"]), c["eos"], len(r["ids"]), e.result, cfg.gates)
+                for g, ok in gates.items():
+                    log["gate_failures"][g] = log["gate_failures"].get(g, 0) + (not ok)
+                accepted.append(all(gates.values()))
+            n_acc = sum(accepted)
+            student.train()
+            c_logits, c_mask = response_logits(student, _ids(tok, [A.student_prompt(e) for e in exprs]),
+                                               [c["ids"] for c in rewrites], tok.pad_token_id)
+            targets = torch.zeros(c_mask.shape, dtype=torch.long, device=c_mask.device)
+            for i, c in enumerate(rewrites):
+                targets[i, : len(c["ids"])] = torch.tensor(c["ids"], device=c_mask.device)
+            nll = F.cross_entropy(c_logits.transpose(1, 2), targets, reduction="none")
+            loss_s = srcl_loss(nll, c_mask, torch.tensor(accepted, dtype=torch.float32, device=c_mask.device))
+            loss = loss + cfg.lambda_s * loss_s
+            log["loss_s"].append(float(loss_s.detach()))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(student.parameters(), cfg.grad_clip)
+        opt.step()
+        sync.after_step(k, student)
+        log["loss_g"].append(float(loss_g.detach()))
+        log["accepted"].append(n_acc)
+        log["rollout_tokens"].append(int(sum(map(len, resp))))
+        if probe_every and k % probe_every == 0:
+            do_probe(k)
+    return student.eval(), log
+
+
+def evaluate(model, tok, exprs, max_new_tokens: int) -> dict:
+    """Greedy decoding from the student prompt: per-item exact match of the final box and response length
+    (tokens, including EOS)."""
+    outs = A.generate(model, tok, [A.student_prompt(e) for e in exprs], max_new_tokens=max_new_tokens)
+    return {"correct": [float(A.final_answer(o["text"]) == e.result) for o, e in zip(outs, exprs)],
+            "length": [float(len(o["ids"])) for o in outs],
+            "eos": [float(o["eos"]) for o in outs],
+            "examples": [o["text"] for o in outs[:3]]}
