@@ -46,8 +46,14 @@ def state_drift(before: torch.Tensor, after: torch.Tensor, *, drift_norm: str = 
     return change / (torch.linalg.matrix_norm(before.float()) + eps)
 
 
-def _scale(scale: float | None, d_k: int) -> float:
-    return 1.0 / math.sqrt(d_k) if scale is None else float(scale)
+def _prepare(q, k, v, g, beta, initial_state, scale):
+    """Check shapes; return ``(scaled q, k, v, g, beta)`` as fp32 ``[B, H, T, ...]`` and the fp32 initial state."""
+    _check(q, k, v, g, beta)
+    B, T, H, dk = k.shape
+    s = 1.0 / math.sqrt(dk) if scale is None else float(scale)
+    q, k, v, g, beta = (x.transpose(1, 2).float() for x in (q, k, v, g, beta))
+    S = torch.zeros(B, H, dk, v.shape[-1]) if initial_state is None else initial_state.float().clone()
+    return (s * q, k, v, g, beta), S
 
 
 def recurrent_gated_delta(q, k, v, g, beta, *, initial_state=None, scale: float | None = None,
@@ -56,19 +62,15 @@ def recurrent_gated_delta(q, k, v, g, beta, *, initial_state=None, scale: float 
 
     ``drift`` is ``[B, H, n_chunks]`` for chunks of ``chunk_size`` tokens (the last one may be shorter), or None.
     """
-    _check(q, k, v, g, beta)
-    B, T, H, dk = k.shape
-    dv = v.shape[-1]
-    s = _scale(scale, dk)
-    q, k, v, g, beta = (x.transpose(1, 2).float() for x in (q, k, v, g, beta))
-    S = torch.zeros(B, H, dk, dv) if initial_state is None else initial_state.float().clone()
-    o = torch.zeros(B, H, T, dv)
+    (q, k, v, g, beta), S = _prepare(q, k, v, g, beta, initial_state, scale)
+    T = q.shape[2]
+    o = torch.zeros_like(v)
     drifts, before = [], S.clone()
     for t in range(T):
         S = S * g[:, :, t].exp()[..., None, None]
         delta = beta[:, :, t, None] * (v[:, :, t] - torch.einsum("bhkv,bhk->bhv", S, k[:, :, t]))
         S = S + k[:, :, t, :, None] * delta[:, :, None, :]
-        o[:, :, t] = torch.einsum("bhkv,bhk->bhv", S, s * q[:, :, t])
+        o[:, :, t] = torch.einsum("bhkv,bhk->bhv", S, q[:, :, t])
         if chunk_size and ((t + 1) % chunk_size == 0 or t == T - 1):
             drifts.append(state_drift(before, S, drift_norm=drift_norm, eps=eps))
             before = S.clone()
@@ -83,19 +85,15 @@ def chunk_gated_delta(q, k, v, g, beta, *, initial_state=None, scale: float | No
     Same results as :func:`recurrent_gated_delta` to float tolerance; ``drift`` is ``[B, H, ceil(T / chunk_size)]``
     (None when ``with_drift`` is False).
     """
-    _check(q, k, v, g, beta)
     if chunk_size < 1:
         raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
-    B, T, H, dk = k.shape
-    dv = v.shape[-1]
-    s = _scale(scale, dk)
-    q, k, v, g, beta = (x.transpose(1, 2).float() for x in (q, k, v, g, beta))
-    S = torch.zeros(B, H, dk, dv) if initial_state is None else initial_state.float().clone()
-    o = torch.empty(B, H, T, dv)
+    (q, k, v, g, beta), S = _prepare(q, k, v, g, beta, initial_state, scale)
+    T = q.shape[2]
+    o = torch.empty_like(v)
     drifts = []
     for c0 in range(0, T, chunk_size):
         sl = slice(c0, min(c0 + chunk_size, T))
-        qc, kc, vc, bc = s * q[:, :, sl], k[:, :, sl], v[:, :, sl], beta[:, :, sl]
+        qc, kc, vc, bc = q[:, :, sl], k[:, :, sl], v[:, :, sl], beta[:, :, sl]
         G = g[:, :, sl].cumsum(-1)                                     # [B, H, C]
         C = G.shape[-1]
         lower = torch.ones(C, C, dtype=torch.bool).tril()
