@@ -1,11 +1,13 @@
 """MuSeR model, serving cache and MovieTweetings loader. Model tests use tiny random models on synthetic
 sequences (labelled synthetic); data tests read the real files."""
 
+import shutil
+
 import numpy as np
 import pytest
 import torch
 
-from agentpost.data.movietweetings import (DataIntegrityError, EvalCase, Interactions, leave_last_out,
+from agentpost.data.movietweetings import (EvalCase, Interactions, leave_last_out,
                                            load_interactions, time_split)
 from agentpost.muser.diagnostic import ARMS, arm_config
 from agentpost.muser.model import MuSeR, MuSeRConfig, SASRec
@@ -157,12 +159,15 @@ def test_movietweetings_matches_source_md():
 def test_tampered_data_is_refused(tmp_path, monkeypatch):
     from agentpost.data import movietweetings as mt
 
+    from agentpost.data.registry import DataChecksumError, dataset_dir
+
     folder = tmp_path / "movietweetings-100k"
     folder.mkdir()
+    shutil.copy(dataset_dir("movietweetings-100k") / "SOURCE.md", folder / "SOURCE.md")
     (folder / "movies.dat").write_text("1::A (2000)::Drama\n")
     (folder / "ratings.dat").write_text("1::1::5::0\n")
     monkeypatch.setenv("AGENTPOST_DATA", str(tmp_path))
     mt.load_movies.cache_clear()
-    with pytest.raises(DataIntegrityError, match="sha256"):
+    with pytest.raises(DataChecksumError, match="movies.dat has 19 bytes; movietweetings-100k/SOURCE.md records"):
         mt.load_movies()
     mt.load_movies.cache_clear()
