@@ -108,8 +108,9 @@ def paired_spread(per_path: dict[str, dict]) -> list[dict]:
         est = {p: s[name]["estimate"] for p, s in per_path.items() if name in s}
         verdicts = {p: s[name]["verdict"] for p, s in per_path.items() if name in s}
         mdes = [s[name]["mde"] for s in per_path.values() if name in s]
-        rows.append({"comparison": name, "estimate": est, "estimate_spread": max(est.values()) - min(est.values()),
-                     "mde": max(mdes), "verdicts": verdicts, "spread_below_mde": max(est.values()) - min(est.values()) < min(mdes)})
+        spread = max(est.values()) - min(est.values())
+        rows.append({"comparison": name, "estimate": est, "estimate_spread": spread,
+                     "mde": max(mdes), "verdicts": verdicts, "spread_below_mde": spread == 0.0 or spread < max(mdes)})
     return rows
 
 
