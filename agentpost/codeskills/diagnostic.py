@@ -157,10 +157,10 @@ def load_lm_policy(spec: str, *, device: str = "cpu", seed: int = 0):
     elif spec.startswith("sft:"):
         model, tok = load_tool_lm(spec.removeprefix("sft:"))
     else:
-        from agentpost.toolsearcher.hub import HubModelUnavailable, load_policy_model
+        from agentpost.models.hub import HubModelUnavailable, load_hub_model
 
         try:
-            tok, model = load_policy_model(spec.removeprefix("hub:"))
+            tok, model = load_hub_model(spec.removeprefix("hub:"))
         except HubModelUnavailable as err:
             raise HubModelUnavailable(f"{err} (codeskills: lm_policy may also be 'hub:<local folder>')") from err
     return model.to(device).eval(), tok

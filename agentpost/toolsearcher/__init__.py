@@ -9,5 +9,4 @@
 - :mod:`~agentpost.toolsearcher.env` — the strict multi-turn search protocol;
 - :mod:`~agentpost.toolsearcher.policy`, :mod:`~agentpost.toolsearcher.train` — the compact CPU policy, its token
   layout, training with ToolSearcher credit or outcome GRPO (with the CCTD schedule) and evaluation;
-- :mod:`~agentpost.toolsearcher.hub` — the GPU profile's hub model loader (clear error when unreachable).
 """

@@ -328,12 +328,12 @@ def test_sft_traces_match_the_lm_prompt_and_training_lowers_the_target_loss():
 
 def test_lm_policy_spec_is_checked_and_the_hub_fails_clearly_offline(monkeypatch):
     from agentpost.codeskills.diagnostic import load_lm_policy
-    from agentpost.toolsearcher.hub import HubModelUnavailable
+    from agentpost.models.hub import HubModelUnavailable
 
     with pytest.raises(ValueError, match="lm_policy must be"):
         load_lm_policy("gpt-5")
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    with pytest.raises(HubModelUnavailable, match="cannot load policy model"):
+    with pytest.raises(HubModelUnavailable, match="cannot load hub model"):
         load_lm_policy("hub:Qwen/Qwen2.5-1.5B-Instruct")
     with pytest.raises(FileNotFoundError, match="no tool-LM checkpoint"):
         load_lm_policy("sft:/nonexistent/checkpoint")

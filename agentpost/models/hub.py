@@ -1,0 +1,70 @@
+"""Hub weights for the ``a100-hub`` profiles (Qwen2.5 / Qwen3 instruct models from the Hugging Face hub).
+
+No smoke or offline ``a100`` profile calls this module. Where the weights cannot be reached (no network,
+``HF_HUB_OFFLINE=1`` without a local copy, a wrong name) every function raises :class:`HubModelUnavailable` saying
+what to do, before any work starts, instead of a long hub traceback. A local folder with ``config.json`` and
+safetensors weights is accepted wherever a hub id is.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+class HubModelUnavailable(RuntimeError):
+    """The requested hub model's weights are not reachable from this machine."""
+
+
+def hub_offline() -> bool:
+    """True where ``HF_HUB_OFFLINE`` asks the hub client to use its local cache only."""
+    return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def _check_name(name) -> str:
+    if not isinstance(name, str) or not name.strip():
+        raise ValueError("a hub model id such as 'Qwen/Qwen3-0.6B' (or a local folder) is needed")
+    return name
+
+
+def _unavailable(name: str, err: Exception) -> HubModelUnavailable:
+    where = "HF_HUB_OFFLINE is set and the local hub cache has no copy" if hub_offline() else \
+        "the hub could not be reached or has no such repository"
+    detail = str(err).splitlines()[0] if str(err) else ""
+    return HubModelUnavailable(
+        f"cannot load hub model {name!r}: {where}. An a100-hub profile needs its weights: run once with network "
+        f"access (`huggingface-cli download {name}`), or set the profile's `hub_model` to a local folder; the "
+        f"offline profiles (smoke, a100) use the project's own models. ({type(err).__name__}: {detail})")
+
+
+def require_hub_model(name: str) -> Path:
+    """Local folder holding ``name``'s config and safetensors weights (downloaded unless offline)."""
+    _check_name(name)
+    if Path(name).is_dir():
+        path = Path(name)
+    else:
+        from huggingface_hub import snapshot_download
+
+        try:
+            path = Path(snapshot_download(name, local_files_only=hub_offline(),
+                                          allow_patterns=["*.json", "*.safetensors", "*.txt", "*.model"]))
+        except Exception as err:  # the hub raises several unrelated types for "not reachable"
+            raise _unavailable(name, err) from err
+    if not (path / "config.json").is_file() or not any(path.glob("*.safetensors")):
+        raise HubModelUnavailable(f"hub model {name!r} at {path} has no config.json + *.safetensors weights")
+    return path
+
+
+def load_hub_model(name: str, *, dtype: str = "auto", device_map: str | None = None):
+    """(tokenizer, causal LM) for hub id or local folder ``name``; offline mode only looks in the local cache."""
+    _check_name(name)
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    local_only = hub_offline()
+    try:
+        tok = AutoTokenizer.from_pretrained(name, local_files_only=local_only)
+        model = AutoModelForCausalLM.from_pretrained(name, dtype=dtype, device_map=device_map,
+                                                     local_files_only=local_only)
+    except (OSError, ValueError) as err:
+        raise _unavailable(name, err) from err
+    return tok, model
