@@ -163,7 +163,12 @@ def _cmd_refresh(args) -> int:
 
 
 class _Formatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
-    """Descriptions as written (line breaks kept) and each option's default shown."""
+    """Descriptions as written (line breaks kept) and each option's default shown, where it has one."""
+
+    def _get_help_string(self, action):
+        if action.default in (None, False, []) or "default:" in (action.help or ""):
+            return action.help
+        return super()._get_help_string(action)
 
 
 def build_parser() -> argparse.ArgumentParser:

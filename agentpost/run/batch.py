@@ -6,6 +6,7 @@ reports them). Ctrl-C stops the batch: :class:`BatchInterrupted` carries the run
 
 from __future__ import annotations
 
+import inspect
 import sys
 from contextlib import closing
 
@@ -68,7 +69,9 @@ def run_batch(specs: list[RunSpec], *, jobs: int = 1, backend: str = "local", fo
             bar.set_postfix_str(", ".join(cells.values()))
 
         try:
-            with closing(chosen.submit(todo, jobs=min(jobs, max(len(todo), 1)), progress=progress)) as finishing:
+            optional = {"progress": progress} if "progress" in inspect.signature(chosen.submit).parameters else {}
+            submitted = chosen.submit(todo, jobs=min(jobs, max(len(todo), 1)), **optional)
+            with closing(submitted) as finishing:
                 for result in finishing:
                     results[(result.spec.chapter, result.spec.profile, result.spec.seed)] = result
                     cells.pop(result.spec, None)

@@ -11,8 +11,10 @@ each executed cell to an optional callback.
 from __future__ import annotations
 
 import json
+import os
 import resource
 import shutil
+import tempfile
 import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -80,13 +82,17 @@ papermill_engines.register("agentpost", CellReportingEngine)
 
 def execute_papermill(source: Path, output: Path, *, parameters: dict | None = None, timeout_s: int | None = None,
                       progress_bar: bool = False, on_cell: CellCallback | None = None) -> None:
-    """Execute ``source`` into ``output`` with papermill in the notebook's folder; raises papermill's errors."""
-    transport = Config({"KernelManager": {"transport": "ipc"}})  # local sockets: no unencrypted TCP, no warning
-    papermill.execute_notebook(
-        str(source), str(output), parameters=parameters, kernel_name="python3", cwd=str(source.parent),
-        progress_bar=progress_bar, request_save_on_cell_execute=False, execution_timeout=timeout_s,
-        engine_name="agentpost", on_cell=on_cell, config=transport,
-    )
+    """Execute ``source`` into ``output`` with papermill in the notebook's folder; raises papermill's errors.
+
+    The kernel's sockets are files in a private temporary folder (one per execution, so concurrent runs never
+    share a socket path; removed afterwards even when the kernel was killed)."""
+    with tempfile.TemporaryDirectory(prefix="agentpost-kernel-") as sockets:
+        transport = Config({"KernelManager": {"transport": "ipc", "ip": os.path.join(sockets, "kernel")}})
+        papermill.execute_notebook(
+            str(source), str(output), parameters=parameters, kernel_name="python3", cwd=str(source.parent),
+            progress_bar=progress_bar, request_save_on_cell_execute=False, execution_timeout=timeout_s,
+            engine_name="agentpost", on_cell=on_cell, config=transport,
+        )
 
 
 def execute(spec: RunSpec, progress: CellCallback | None = None) -> RunResult:

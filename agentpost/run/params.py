@@ -114,7 +114,7 @@ def read_notebook(path: Path):
 
 @dataclass(frozen=True)
 class Declared:
-    """The values a parameter's comment declares: an inclusive range and/or a set of string choices."""
+    """The values a parameter's comment declares: an inclusive range (either bound may be None) or string choices."""
 
     low: float | None = None
     high: float | None = None
@@ -158,9 +158,10 @@ def parse_declaration(comment: str, name: str = "?") -> Declared | None:
         return Declared(choices=choices)
     if found_range:
         return Declared(_bound(found_range["low"], name), _bound(found_range["high"], name))
-    if "(range:" in comment or "(choices:" in comment:
+    written = [comment.find(tag) for tag in ("(range:", "(choices:") if tag in comment]
+    if written:
         raise UsageError(f"parameter {name!r}: write its declaration as (range: LO..HI) or (choices: a | b), "
-                         f"not {comment[comment.find('('):][:60]!r}")
+                         f"not {comment[min(written):][:60]!r}")
     return None
 
 
@@ -339,6 +340,17 @@ def profile_parameters(chapter: Chapter, profile: str, overrides: dict, defaults
     return parameters
 
 
+def started_chapter(chapter_id: str) -> tuple[Chapter, Any]:
+    """The catalogue's chapter and its readable notebook, or :class:`UsageError` (unknown, not started, unreadable)."""
+    try:
+        chapter = get_chapter(chapter_id)
+    except KeyError as err:
+        raise UsageError(str(err.args[0])) from None
+    if not chapter.started:
+        raise UsageError(f"{chapter_id}: no notebook yet (notebooks/{chapter_id}.ipynb); the chapter is not started")
+    return chapter, read_notebook(chapter.notebook)
+
+
 def plan_runs(chapter_ids: list[str], profile: str, *, seeds: str | None = None, overrides: list[str] = ()) -> list[RunSpec]:
     """Validate everything and return the runs to execute, keys computed; raises :class:`UsageError` on bad input."""
     if not chapter_ids:
@@ -349,14 +361,8 @@ def plan_runs(chapter_ids: list[str], profile: str, *, seeds: str | None = None,
     extra = parse_overrides(list(overrides))
     specs = []
     for chapter_id in chapter_ids:
-        try:
-            chapter = get_chapter(chapter_id)
-        except KeyError as err:
-            raise UsageError(str(err.args[0])) from None
-        if not chapter.started:
-            raise UsageError(f"{chapter_id}: no notebook yet (notebooks/{chapter_id}.ipynb); the chapter is not started")
+        chapter, notebook = started_chapter(chapter_id)  # the one read of the notebook in the parent
         raw = load_profile(chapter, profile)
-        notebook = read_notebook(chapter.notebook)  # the one read of the notebook in the parent
         parameters = profile_parameters(chapter, profile, extra, *notebook_parameters(notebook, chapter.notebook.name))
         seed_list = parse_seeds(seeds, raw.get("seeds"), f"params/{chapter_id}/{profile}.yaml" if seeds is None else "--seeds")
         check_data(chapter)

@@ -6,24 +6,16 @@ import time
 
 import nbformat
 
-from agentpost.catalogue import chapter as get_chapter
-from agentpost.errors import UsageError
 from agentpost.evidence.receipt import write_atomic
 from agentpost.run.execute import execute_papermill, sanitize_notebook
-from agentpost.run.params import read_notebook
+from agentpost.run.params import started_chapter
 
 
 def refresh_notebook(chapter_id: str) -> float:
     """Execute ``notebooks/<id>.ipynb`` with no injected parameters and replace it atomically; returns seconds.
 
     A failing cell raises papermill's error and leaves the committed notebook as it was."""
-    try:
-        chapter = get_chapter(chapter_id)
-    except KeyError as err:
-        raise UsageError(str(err.args[0])) from None
-    if not chapter.started:
-        raise UsageError(f"{chapter_id}: no notebook yet (notebooks/{chapter_id}.ipynb); the chapter is not started")
-    read_notebook(chapter.notebook)
+    chapter, _ = started_chapter(chapter_id)
     tmp = chapter.notebook.with_name(f".{chapter.id}.refresh.ipynb")
     t0 = time.perf_counter()
     try:

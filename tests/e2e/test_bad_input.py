@@ -301,3 +301,26 @@ def test_a_closed_pipe_is_quiet(tmp_path):
     result = subprocess.run(["bash", "-o", "pipefail", "-c", shell], env=env, capture_output=True, text=True)
     assert result.stderr == ""
     assert result.returncode == 141
+
+
+def test_a_failing_refresh_names_the_cell_and_keeps_the_notebook(tmp_path, monkeypatch, capsys):
+    """`agentpost refresh` of a notebook whose cell fails: exit 1, one line naming the cell and the error, the
+    committed notebook unchanged (no traceback, no temporary file left)."""
+    from agentpost.cli import main
+
+    project = make_small_project(tmp_path / "project")
+    parameters_line("train_fraction = 0.5", "train_fraction = 0.0")(project)
+    monkeypatch.setenv("AGENTPOST_ROOT", str(project))
+    monkeypatch.setenv("AGENTPOST_DATA", str(DATA))
+    _fresh_caches()
+    before = tree_state(project)
+    try:
+        code = main(["refresh", PP])
+    finally:
+        _fresh_caches()
+    err = capsys.readouterr().err
+    assert code == 1, err
+    said = [line for line in err.splitlines() if line.startswith("agentpost")]
+    assert len(said) == 1 and "ValueError" in said[0] and "notebooks/paired-protocol.ipynb is unchanged" in said[0], err
+    assert "Traceback" not in err
+    assert tree_state(project) == before
