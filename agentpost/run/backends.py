@@ -74,7 +74,7 @@ class LocalBackend:
     name = "local"
 
     def submit(self, specs: list[RunSpec], *, jobs: int, progress: Progress | None = None) -> Iterator:
-        from agentpost.run.execute import RunResult
+        from agentpost.run.execute import RunResult, clear_interrupted
 
         context = multiprocessing.get_context("spawn")
         messages = context.Queue()
@@ -92,6 +92,7 @@ class LocalBackend:
                     for index, process in list(running.items()):  # a process that died without a word
                         if not process.is_alive() and messages.empty():
                             running.pop(index).join()
+                            clear_interrupted([specs[index]])
                             yield RunResult(specs[index], "failed", "", 0.0,
                                             f"the run's process ended with exit code {process.exitcode}")
                     continue

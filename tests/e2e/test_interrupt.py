@@ -46,3 +46,15 @@ def test_ctrl_c_stops_the_batch_and_cleans_up(tmp_path):
     check = subprocess.run([sys.executable, "-m", "agentpost", "validate", str(finished[0])], cwd=project, env=env,
                            capture_output=True, text=True)
     assert check.returncode == 0, check.stdout + check.stderr
+
+
+def test_a_run_that_breaks_outside_its_notebook_is_a_failed_result_not_a_traceback():
+    """The local backend reports an exception raised outside papermill (here: a spec that was never planned) as
+    that run's failure and goes on; the command line prints it in the summary instead of a traceback."""
+    from agentpost.run.backends import LocalBackend
+    from agentpost.run.params import RunSpec
+
+    unplanned = RunSpec("paired-protocol", "smoke", 7, parameters={})
+    results = list(LocalBackend().submit([unplanned], jobs=1))
+    assert [r.status for r in results] == ["failed"]
+    assert results[0].error.startswith("ValueError: execute: the spec has no run key")
