@@ -15,7 +15,7 @@ Protocol for one stream of ``P + M + 1`` tokens ``x_0 .. x_{P+M}`` and a trained
 
 The attention reference scores each prefix entry by the attention mass the continuation's queries give it under the
 full cache (mean over attention layers, heads and queries): it sees the future, so it is a query-aware upper
-reference, not a streaming policy. Full KV (no eviction) is the ceiling.
+reference, not a streaming policy. Full KV (no eviction) is the reference every cut is read against.
 """
 
 from __future__ import annotations
