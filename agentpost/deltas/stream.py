@@ -92,6 +92,15 @@ def budget_tokens(fraction: float, prefix_tokens: int) -> int:
     return int(round(fraction * prefix_tokens))
 
 
+def check_budgets(budget_fractions, prefix_tokens: int, n_sinks: int, n_recent: int) -> None:
+    """Every budget must leave entries to choose beyond the sinks and the recent window (else all policies agree)."""
+    for frac in budget_fractions:
+        if budget_tokens(frac, prefix_tokens) <= n_sinks + n_recent:
+            raise ValueError(f"budget {frac} of {prefix_tokens} prefix tokens = {budget_tokens(frac, prefix_tokens)} "
+                             f"entries leaves nothing to choose after {n_sinks} sinks + {n_recent} recent; raise the "
+                             f"budget or the prefix, or lower n_sinks / n_recent")
+
+
 def protected_mask(entries: CacheEntries, n_sinks: int, n_recent: int) -> torch.Tensor:
     """Entries every policy keeps (sinks and the recent window), as in :func:`agentpost.deltas.retention.select`."""
     n = len(entries)
@@ -159,7 +168,8 @@ def budget_grid(model: HybridForCausalLM, ids: torch.Tensor, seeds, *, n_streams
                 progress: bool = True) -> dict:
     """:func:`stream_budget_rows` over ``n_streams`` streams per seed (seed ``s``'s streams are drawn with generator
     seed ``s``). Returns frames ``nll`` and ``overlap`` (columns seed, stream, ...) and ``chunks`` (seed, stream,
-    chunk, drift, attention_mass)."""
+    chunk, drift, attention_mass). Every budget must leave room beyond the sinks and the recent window."""
+    check_budgets(budget_fractions, prefix_tokens, n_sinks, n_recent)
     out = {"nll": [], "overlap": [], "chunks": []}
     jobs = [(s, i, w) for s in seeds
             for i, w in enumerate(sample_streams(ids, n_streams, prefix_tokens + continuation_tokens + 1, s))]

@@ -9,7 +9,7 @@ add-one unigram model of the train tokens on the same validation tokens. Saves `
 
 Run::
 
-    python -m agentpost.deltas.train_hybrid          # ~15 min on one contended CPU thread; writes agentpost/deltas/assets/wikitext2-hybrid/
+    python -m agentpost.deltas.train_hybrid          # ~25 min on one contended CPU thread (the committed run); writes agentpost/deltas/assets/wikitext2-hybrid/
 """
 
 from __future__ import annotations

@@ -146,5 +146,8 @@ def test_budget_grid_frames_and_bad_input():
     grid = budget_grid(model, ids, seeds=[1, 2], n_streams=2, prefix_tokens=12, continuation_tokens=4, chunk_tokens=4,
                        budget_fractions=[0.5], policies=["drift", "attention"], n_sinks=1, n_recent=2, progress=False)
     assert set(grid["nll"].seed) == {1, 2} and len(grid["nll"]) == 2 * 2 * 3
+    with pytest.raises(ValueError, match="leaves nothing to choose"):
+        budget_grid(model, ids, seeds=[1], n_streams=1, prefix_tokens=12, continuation_tokens=4, chunk_tokens=4,
+                    budget_fractions=[0.25], policies=["drift"], n_sinks=1, n_recent=2, progress=False)
     with pytest.raises(ValueError, match="prefix_tokens"):
         stream_budget_rows(model, ids[:5], 12, 4, [0.5], ["drift"], n_sinks=1, n_recent=2)
