@@ -170,3 +170,40 @@ def test_a100_hub_path_runs_end_to_end_on_cpu(tiny_hub, one_thread):
     trained = dict(student.named_parameters())
     assert any(torch.any(p != 0) for n, p in trainable(student).items() if "lora_B" in n)
     assert all(torch.equal(p, trained[n]) for n, p in model.named_parameters() if "base_layer" in n or "embed" in n)
+
+
+def _run_notebook(tmp_path, **parameters):
+    import papermill as pm
+
+    from agentpost.project import project_root
+
+    root = project_root()
+    return pm.execute_notebook(str(root / "notebooks" / "opsd.ipynb"), str(tmp_path / "out.ipynb"),
+                               kernel_name="python3", cwd=str(root / "notebooks"), parameters=parameters,
+                               progress_bar=False)
+
+
+def test_notebook_a100_hub_offline_without_weights_stops_before_any_work(tmp_path, monkeypatch):
+    import papermill as pm
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(pm.PapermillExecutionError) as err:
+        _run_notebook(tmp_path, hub_model="agentpost-test/does-not-exist-0.6B")
+    # the third code cell to run (parameters, injected parameters, set-up) fails, so no data or model is touched
+    assert err.value.ename == "HubModelUnavailable" and err.value.exec_count == 3
+    assert "require_hub_model(hub_model)" in err.value.source
+
+
+@pytest.mark.slow
+def test_notebook_a100_hub_runs_end_to_end_with_a_tiny_local_qwen3(tiny_hub, tmp_path, monkeypatch):
+    """The chapter notebook with ``hub_model`` = the tiny local folder: LoRA, real GSM8K problems, every arm for
+    three seeds, paired verdicts; tiny sizes (a run check, not evidence)."""
+    import scrapbook as sb
+
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    _run_notebook(tmp_path, hub_model=tiny_hub, device="cpu", updates=1, batch=2, max_new_tokens=6, n_test=2,
+                  n_validation=2, n_probe=2, probe_every=1, lr_grid=[0.01], ema_decays=[0.3], lora_rank=4,
+                  lora_alpha=8.0, min_tokens=1)
+    scraps = sb.read_notebook(str(tmp_path / "out.ipynb")).scraps
+    assert scraps["n_test_scored"].data == 2 and 0.0 <= scraps["test_accuracy_dce"].data <= 1.0
+    assert "paired_accuracy_dce_vs_frozen" in scraps
