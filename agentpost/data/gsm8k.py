@@ -83,3 +83,34 @@ def arithmetic_split(split: str, *, max_digits: int = 3, validation_percent: int
         return tuple(e for e in _binary("test", max_digits) if e.text not in in_train)
     want_val = split == "validation"
     return tuple(e for e in _binary("train", max_digits) if _in_validation(e.text, validation_percent) == want_val)
+
+
+# ---- whole problems (the a100-hub profile of the OPSD chapter) ------------------------------------------------
+
+PROBLEM_SPLITS = ("train", "validation", "test")
+
+
+def final_answer(answer: str) -> str:
+    """The verified final answer of a GSM8K worked answer: the text after ``####``, commas removed."""
+    if "####" not in answer:
+        raise ValueError(f"a GSM8K answer ends with '#### <number>'; got {answer[-40:]!r}")
+    return answer.rsplit("####", 1)[1].strip().replace(",", "")
+
+
+def solution(answer: str) -> str:
+    """The worked solution without calculator annotations and without the ``#### n`` line (``<<9*2=18>>18`` -> ``18``)."""
+    return _ANNOTATION.sub("", answer.rsplit("####", 1)[0]).strip()
+
+
+@functools.lru_cache(maxsize=None)
+def problem_split(split: str, *, validation_percent: int = 10) -> tuple[dict, ...]:
+    """GSM8K problems for one of ``train``/``validation``/``test``: ``train`` and ``validation`` partition the
+    train file by a hash of the question (stable under reordering); ``test`` is the test file."""
+    if split not in PROBLEM_SPLITS:
+        raise ValueError(f"unknown GSM8K problem split {split!r}; use one of {PROBLEM_SPLITS}")
+    if not 0 < validation_percent < 100:
+        raise ValueError(f"need 0 < validation_percent < 100, got {validation_percent}")
+    if split == "test":
+        return problems("test")
+    want_val = split == "validation"
+    return tuple(p for p in problems("train") if _in_validation(p["question"], validation_percent) == want_val)

@@ -1,6 +1,6 @@
 """Hub weights for the ``a100-hub`` profiles (Qwen2.5 / Qwen3 instruct models from the Hugging Face hub).
 
-No smoke or offline ``a100`` profile calls this module. Where the weights cannot be reached (no network,
+No smoke or offline ``a100`` profile calls this module (LoRA wrapping, :func:`with_lora`, lives here too). Where the weights cannot be reached (no network,
 ``HF_HUB_OFFLINE=1`` without a local copy, a wrong name) every function raises :class:`HubModelUnavailable` saying
 what to do, before any work starts, instead of a long hub traceback. A local folder with ``config.json`` and
 safetensors weights is accepted wherever a hub id is.
@@ -68,3 +68,19 @@ def load_hub_model(name: str, *, dtype: str = "auto", device_map: str | None = N
     except (OSError, ValueError) as err:
         raise _unavailable(name, err) from err
     return tok, model
+
+
+#: Linear layers of a Qwen2/Qwen3 decoder block that receive LoRA adapters.
+LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
+def with_lora(model, *, rank: int, alpha: float, targets=LORA_TARGETS):
+    """``model`` wrapped by ``peft`` with LoRA adapters (dropout 0, so a forward pass is deterministic) on
+    ``targets``; only the adapter tensors require gradients, and at creation B = 0, so the wrapped model computes
+    exactly what the base model does."""
+    if not (isinstance(rank, int) and rank >= 1) or alpha <= 0:
+        raise ValueError(f"LoRA needs an integer rank >= 1 and alpha > 0, got rank={rank!r}, alpha={alpha!r}")
+    from peft import LoraConfig, get_peft_model
+
+    return get_peft_model(model, LoraConfig(r=rank, lora_alpha=alpha, lora_dropout=0.0,
+                                            target_modules=list(targets), task_type="CAUSAL_LM"))

@@ -7,10 +7,12 @@ from agentpost.opsd.divergence import DIVERGENCES, divergence, forward_kl, jsd, 
 from agentpost.opsd.loss import distill_loss, pack, response_logits, response_mask
 from agentpost.opsd.probe import fixed_incorrect, probe
 from agentpost.opsd.srcl import GATE_NAMES, REFLECTION_PHRASES, Gates, accept, answers_match, gate_results, srcl_loss
-from agentpost.opsd.teacher import EMA, TEACHER_SYNCS, Frozen, Live, Periodic, TeacherSync, make_sync
+from agentpost.opsd.tasks import ARITHMETIC, Arithmetic, GSM8KChat
+from agentpost.opsd.teacher import EMA, TEACHER_SYNCS, Frozen, Live, Periodic, TeacherSync, make_sync, trainable
 from agentpost.opsd.train import ArmConfig, data_order, evaluate, train_arm
 
-__all__ = ["ArmConfig", "DIVERGENCES", "EMA", "Frozen", "GATE_NAMES", "Gates", "Live", "Periodic",
+__all__ = ["ARITHMETIC", "Arithmetic", "ArmConfig", "GSM8KChat", "DIVERGENCES", "EMA", "Frozen", "GATE_NAMES", "Gates", "Live", "Periodic",
            "REFLECTION_PHRASES", "TEACHER_SYNCS", "TeacherSync", "accept", "answers_match", "data_order",
            "distill_loss", "divergence", "evaluate", "fixed_incorrect", "forward_kl", "gate_results", "jsd",
-           "make_sync", "pack", "probe", "response_logits", "response_mask", "reverse_kl", "srcl_loss", "train_arm"]
+           "make_sync", "pack", "probe", "response_logits", "response_mask", "reverse_kl", "srcl_loss", "train_arm",
+           "trainable"]

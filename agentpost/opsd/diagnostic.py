@@ -13,6 +13,7 @@ from dataclasses import replace
 import numpy as np
 
 from agentpost.opsd.probe import fixed_incorrect
+from agentpost.opsd.tasks import ARITHMETIC
 from agentpost.opsd.train import ArmConfig, evaluate, train_arm
 
 TEACHER_ARMS = {"frozen": dict(teacher_mode="frozen"), "live": dict(teacher_mode="live"),
@@ -33,22 +34,24 @@ def arm_grid(base: ArmConfig, ema_decays=(0.3, 0.7), srcl=(False, True)) -> dict
     return arms
 
 
-def run_arms(model0, tok, train_exprs, eval_sets: dict, arms: dict[str, ArmConfig], seeds, *, probe_exprs=(),
-             n_probe: int = 0, probe_every: int = 0, progress: bool = True) -> dict:
+def run_arms(model0, tok, train_items, eval_sets: dict, arms: dict[str, ArmConfig], seeds, *, task=ARITHMETIC,
+             probe_pool=(), n_probe: int = 0, probe_every: int = 0, progress: bool = True) -> dict:
     """``{arm: {seed: {"eval": {split: per-item dict}, "log": training log, "wall_s": s}}}``.
 
-    ``eval_sets`` maps a split name to its expressions; every arm and seed is scored on the same items."""
+    ``eval_sets`` maps a split name to its items; every arm and seed is scored on the same items; the probe's
+    fixed incorrect trajectories are built from the first ``n_probe`` items of ``probe_pool``."""
     from tqdm.auto import tqdm
 
-    probe_items = fixed_incorrect(probe_exprs, n_probe) if n_probe else ()
+    probe_items = fixed_incorrect(probe_pool, n_probe, task=task) if n_probe else ()
     out: dict = {a: {} for a in arms}
     jobs = [(a, s) for s in seeds for a in arms]
     for a, s in tqdm(jobs, desc="arms x seeds", disable=not progress):
         cfg = arms[a]
         t0 = time.perf_counter()
-        student, log = train_arm(model0, tok, train_exprs, cfg, s, probe_items=probe_items,
+        student, log = train_arm(model0, tok, train_items, cfg, s, task=task, probe_items=probe_items,
                                  probe_every=probe_every, progress=False)
-        ev = {name: evaluate(student, tok, exprs, cfg.max_new_tokens) for name, exprs in eval_sets.items()}
+        ev = {name: evaluate(student, tok, items, cfg.max_new_tokens, task) for name, items in eval_sets.items()}
+        del student
         out[a][s] = {"eval": ev, "log": log, "wall_s": time.perf_counter() - t0}
     return out
 

@@ -3,13 +3,14 @@
 On a fixed set of incorrect trajectories the probe reads, under the student context (the problem only) and the
 teacher context (the problem plus the privileged reference), two probabilities:
 
-* ``p_eos``: p(EOS) at the endpoint of an incorrect trajectory ``"a+b = w. The answer is \\boxed{w}."``;
+* ``p_eos``: p(EOS) at the endpoint of an incorrect trajectory (arithmetic: ``"a+b = w. The answer is
+  \\boxed{w}."``; GSM8K: the reference steps then ``The answer is \\boxed{w}.``);
 * ``p_cue``: p(reflection cue) at a revision point, the probability of the whole cue string (``"Wait"``, the
-  product of its tokens' probabilities) right after the wrong line ``"a+b = w. "``.
+  product of its tokens' probabilities) right after the wrong statement (arithmetic ``"a+b = w. "``).
 
-The trajectories are built, not sampled: a wrong value ``w`` (:func:`agentpost.models.arith_lm.wrong_value`,
-fixed seed) in the model's own answer format, the same for every arm and every step, so the curves over training
-measure only the model.
+The trajectories are built, not sampled (the task's ``probe_texts``): a wrong value ``w`` (the task's
+``wrong_answer``, fixed seed), the same for every arm and every step, so the curves over training measure only the
+model.
 """
 
 from __future__ import annotations
@@ -17,14 +18,14 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from agentpost.models import arith_lm as A
 from agentpost.opsd.loss import response_logits
+from agentpost.opsd.tasks import ARITHMETIC
 
 
-def fixed_incorrect(exprs, n: int, seed: int = 0) -> list[tuple]:
-    """``n`` (expression, wrong value) pairs, the first ``n`` expressions with a seeded wrong value."""
+def fixed_incorrect(items, n: int, seed: int = 0, task=ARITHMETIC) -> list[tuple]:
+    """``n`` (item, wrong answer) pairs, the first ``n`` items with a seeded wrong answer."""
     rng = np.random.default_rng(seed)
-    return [(e, A.wrong_value(e.result, rng)) for e in list(exprs)[:n]]
+    return [(e, task.wrong_answer(e, rng)) for e in list(items)[:n]]
 
 
 @torch.no_grad()
@@ -42,15 +43,15 @@ def _mean_prob(model, tok, prompts: list[str], prefixes: list[str], target: str 
 
 
 def probe(model, tok, items, *, layout: str = "assistant", cue: str = "Wait",
-          roles: tuple[str, ...] = ("student", "teacher")) -> dict[str, float]:
+          roles: tuple[str, ...] = ("student", "teacher"), task=ARITHMETIC) -> dict[str, float]:
     """``{role}_p_eos`` and ``{role}_p_cue`` for each of ``roles`` (``student``: the problem only; ``teacher``: with
     the reference in ``layout``) on the fixed incorrect trajectories ``items`` (:func:`fixed_incorrect`)."""
     was = model.training
     model.eval()
     out = {}
-    ends = [f"{e.text} = {w}. {A.boxed(w)}" for e, w in items]
-    revisions = [f"{e.text} = {w}. " for e, w in items]
-    contexts = {"student": A.student_prompt, "teacher": lambda e: A.teacher_prompt(e, layout)}
+    texts = [task.probe_texts(e, w) for e, w in items]
+    ends, revisions = [t[0] for t in texts], [t[1] for t in texts]
+    contexts = {"student": task.student_prompt, "teacher": lambda e: task.teacher_prompt(e, layout)}
     for role in roles:
         prompt = contexts[role]
         prompts = [prompt(e) for e, _ in items]

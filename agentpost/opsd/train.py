@@ -8,6 +8,13 @@ from the refinement prompt, accept gates (:mod:`agentpost.opsd.srcl`), NLL of ac
 prompt (eq. 6); 5. AdamW on lambda_G L_G + lambda_S L_S (eq. 7) with gradient clipping; 6. teacher sync
 (:mod:`agentpost.opsd.teacher`). The probe (:mod:`agentpost.opsd.probe`) runs before step 1 and every
 ``probe_every`` steps.
+
+One loop for every profile: the task (:mod:`agentpost.opsd.tasks`) supplies prompts, references and the answer
+check; the model is the project's small LM (every tensor trained) or a LoRA-wrapped hub model (only the adapters
+trained, :func:`agentpost.models.hub.with_lora`). The optimizer, gradient clipping and the teacher policies act on
+the trainable tensors only, and the teacher forward runs on the same module with the teacher's tensors swapped in
+(:meth:`agentpost.opsd.teacher.TeacherSync.as_teacher`), before the student forward so that the swap never touches
+tensors an autograd graph has saved.
 """
 
 from __future__ import annotations
@@ -23,7 +30,8 @@ from agentpost.models import arith_lm as A
 from agentpost.opsd.loss import distill_loss, response_logits, response_mask
 from agentpost.opsd.probe import probe
 from agentpost.opsd.srcl import Gates, gate_results, srcl_loss
-from agentpost.opsd.teacher import TEACHER_SYNCS, make_sync
+from agentpost.opsd.tasks import ARITHMETIC
+from agentpost.opsd.teacher import TEACHER_SYNCS, make_sync, trainable
 from agentpost.opsd.divergence import DIVERGENCES
 
 
@@ -79,67 +87,71 @@ def _ids(tok, texts: list[str]) -> list[list[int]]:
     return [tok(t, add_special_tokens=False).input_ids for t in texts]
 
 
-def train_arm(model0, tok, train_exprs, cfg: ArmConfig, seed: int, *, probe_items=(), probe_every: int = 0,
-              progress: bool = True) -> tuple[torch.nn.Module, dict]:
-    """Train a copy of ``model0`` for ``cfg.updates`` steps; returns the student and a log with per-step losses,
-    SRCL acceptance, gate failure counts and the probe curve."""
+def train_arm(model0, tok, train_items, cfg: ArmConfig, seed: int, *, task=ARITHMETIC, probe_items=(),
+              probe_every: int = 0, progress: bool = True) -> tuple[torch.nn.Module, dict]:
+    """Train a copy of ``model0`` for ``cfg.updates`` steps on ``task``; returns the student and a log with
+    per-step losses, SRCL acceptance, gate failure counts and the probe curve."""
     from tqdm.auto import tqdm
 
     torch.manual_seed(seed)
     student = copy.deepcopy(model0).train()
+    params = list(trainable(student).values())
     sync = make_sync(cfg.teacher_mode, ema_decay=cfg.ema_decay, sync_every=cfg.sync_every)
     sync.start(student)
-    opt = torch.optim.AdamW(student.parameters(), lr=cfg.lr, weight_decay=0.0)
-    order = data_order(len(train_exprs), cfg, seed)
+    opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=0.0)
+    order = data_order(len(train_items), cfg, seed)
     log = {"arm": cfg.name, "config": {k: v for k, v in asdict(cfg).items() if k != "gates"},
            "gates": asdict(cfg.gates), "loss_g": [], "loss_s": [], "accepted": [], "rollout_tokens": [],
            "gate_failures": {}, "probe": []}
 
     def do_probe(step):
         if probe_items:
-            s = probe(student, tok, probe_items, layout=cfg.teacher_layout, roles=("student",))
-            t = probe(sync.forward_model(), tok, probe_items, layout=cfg.teacher_layout, roles=("teacher",))
+            s = probe(student, tok, probe_items, layout=cfg.teacher_layout, roles=("student",), task=task)
+            with sync.as_teacher() as teacher:
+                t = probe(teacher, tok, probe_items, layout=cfg.teacher_layout, roles=("teacher",), task=task)
             log["probe"].append({"step": step, **s, **t})
 
     do_probe(0)
     for k in tqdm(range(1, cfg.updates + 1), desc=f"{cfg.name} seed {seed}", disable=not progress, leave=False):
-        exprs = [train_exprs[i] for i in order[k - 1]]
+        items = [train_items[i] for i in order[k - 1]]
+        student_prompts = _ids(tok, [task.student_prompt(e) for e in items])
         # rollouts are seeded by (seed, step): equal across arms wherever the students agree
-        rollouts = A.generate(student, tok, [A.student_prompt(e) for e in exprs], max_new_tokens=cfg.max_new_tokens,
+        rollouts = A.generate(student, tok, [task.student_prompt(e) for e in items], max_new_tokens=cfg.max_new_tokens,
                               do_sample=True, temperature=cfg.train_temperature, seed=seed * 100_003 + k)
         resp = [r["ids"] for r in rollouts]
+        with sync.as_teacher() as teacher:
+            t_logits, _ = response_logits(teacher, _ids(tok, [task.teacher_prompt(e, cfg.teacher_layout)
+                                                              for e in items]), resp, tok.pad_token_id)
         student.train()
-        s_logits, _ = response_logits(student, _ids(tok, [A.student_prompt(e) for e in exprs]), resp, tok.pad_token_id)
-        with torch.no_grad():
-            t_logits, _ = response_logits(sync.forward_model(), _ids(tok, [A.teacher_prompt(e, cfg.teacher_layout)
-                                                                           for e in exprs]), resp, tok.pad_token_id)
+        s_logits, _ = response_logits(student, student_prompts, resp, tok.pad_token_id)
         mask = response_mask(resp, tok.eos_token_id, cfg.dce_positions).to(s_logits.device)
         loss_g = distill_loss(t_logits, s_logits, mask, divergence_name=cfg.divergence, agg=cfg.dce_agg)
         loss = cfg.lambda_g * loss_g
         n_acc = 0
         if cfg.srcl:
-            rewrites = A.generate(student, tok, [A.refine_prompt(e, r["text"]) for e, r in zip(exprs, rollouts)],
+            rewrites = A.generate(student, tok, [task.refine_prompt(e, r["text"]) for e, r in zip(items, rollouts)],
                                   max_new_tokens=cfg.max_new_tokens)
             accepted = []
-            for e, r, c in zip(exprs, rollouts, rewrites):
-                gates = gate_results(c["text"], len(c["ids"]), c["eos"], len(r["ids"]), e.result, cfg.gates)
+            for e, r, c in zip(items, rollouts, rewrites):
+                gates = gate_results(c["text"], len(c["ids"]), c["eos"], len(r["ids"]), task.reference_answer(e),
+                                     cfg.gates)
                 for g, ok in gates.items():
                     log["gate_failures"][g] = log["gate_failures"].get(g, 0) + (not ok)
                 accepted.append(all(gates.values()))
             n_acc = sum(accepted)
             student.train()
-            c_logits, c_mask = response_logits(student, _ids(tok, [A.student_prompt(e) for e in exprs]),
-                                               [c["ids"] for c in rewrites], tok.pad_token_id)
+            c_logits, c_mask = response_logits(student, student_prompts, [c["ids"] for c in rewrites],
+                                               tok.pad_token_id)
             targets = torch.zeros(c_mask.shape, dtype=torch.long, device=c_mask.device)
             for i, c in enumerate(rewrites):
                 targets[i, : len(c["ids"])] = torch.tensor(c["ids"], device=c_mask.device)
-            nll = F.cross_entropy(c_logits.transpose(1, 2), targets, reduction="none")
+            nll = F.cross_entropy(c_logits.float().transpose(1, 2), targets, reduction="none")
             loss_s = srcl_loss(nll, c_mask, torch.tensor(accepted, dtype=torch.float32, device=c_mask.device))
             loss = loss + cfg.lambda_s * loss_s
             log["loss_s"].append(float(loss_s.detach()))
         opt.zero_grad(set_to_none=True)
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(student.parameters(), cfg.grad_clip)
+        torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
         opt.step()
         sync.after_step(k, student)
         log["loss_g"].append(float(loss_g.detach()))
@@ -150,11 +162,11 @@ def train_arm(model0, tok, train_exprs, cfg: ArmConfig, seed: int, *, probe_item
     return student.eval(), log
 
 
-def evaluate(model, tok, exprs, max_new_tokens: int) -> dict:
-    """Greedy decoding from the student prompt: per-item exact match of the final box and response length
-    (tokens, including EOS)."""
-    outs = A.generate(model, tok, [A.student_prompt(e) for e in exprs], max_new_tokens=max_new_tokens)
-    return {"correct": [float(A.final_answer(o["text"]) == e.result) for o, e in zip(outs, exprs)],
+def evaluate(model, tok, items, max_new_tokens: int, task=ARITHMETIC) -> dict:
+    """Greedy decoding from the student prompt: per-item correctness of the final box (the task's check) and
+    response length (tokens, including EOS)."""
+    outs = A.generate(model, tok, [task.student_prompt(e) for e in items], max_new_tokens=max_new_tokens)
+    return {"correct": [float(task.is_correct(o["text"], e)) for o, e in zip(outs, items)],
             "length": [float(len(o["ids"])) for o in outs],
             "eos": [float(o["eos"]) for o in outs],
             "examples": [o["text"] for o in outs[:3]]}

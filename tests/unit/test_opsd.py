@@ -130,6 +130,10 @@ class TwoParam(torch.nn.Module):
         return [round(self.a.item(), 4), round(self.b.item(), 4)]
 
 
+def _values(weights):
+    return [round(weights["a"].item(), 4), round(weights["b"].item(), 4)]
+
+
 def _run_sync(name, k, **kw):
     """Student (a, b) starts at (1, 1) and after step j is set to (j + 1, 10 (j + 1)); returns the teacher's
     weights after each step."""
@@ -142,7 +146,7 @@ def _run_sync(name, k, **kw):
             student.a.fill_(j + 1.0)
             student.b.fill_(10.0 * (j + 1))
         sync.after_step(j, student)
-        seen.append(sync.forward_model().values())
+        seen.append(_values(sync.weights()))
     return seen
 
 
@@ -165,7 +169,7 @@ def test_sync_ema_d03():
         student.a.fill_(0.0)
         student.b.fill_(0.0)
     sync.after_step(1, student)
-    assert sync.forward_model().values() == [0.3, 0.3]
+    assert _values(sync.weights()) == [0.3, 0.3]
     # a: 0.3*1 + 0.7*2 = 1.7; 0.3*1.7 + 0.7*3 = 2.61.  b: 0.3*1 + 0.7*20 = 14.3; 0.3*14.3 + 0.7*30 = 25.29
     assert _run_sync("ema", 2, ema_decay=0.3) == [[1.7, 14.3], [2.61, 25.29]]
     # d = 0.7: a: 0.7 + 0.6 = 1.3; 0.91 + 0.9 = 1.81
@@ -192,7 +196,10 @@ def test_copies_are_independent_of_the_student():
     sync.start(student)
     with torch.no_grad():
         student.a.add_(5.0)
-    assert sync.forward_model().a.item() == 1.0 and not sync.forward_model().a.requires_grad
+    assert sync.weights()["a"].item() == 1.0 and not sync.weights()["a"].requires_grad
+    with sync.as_teacher() as teacher:  # the teacher's tensors are swapped into the student module ...
+        assert teacher is student and student.a.item() == 1.0
+    assert student.a.item() == 6.0 and student.a.requires_grad  # ... and swapped back
 
 
 CLEAN = "Here 48/2 = 24 since 48 = 2*24. The answer is \\boxed{24}."
@@ -309,3 +316,25 @@ def test_train_arm_runs_and_live_teacher_follows(tok):
     assert log["loss_s"] == [0.0, 0.0]  # an untrained model's rewrites never pass the gates
     changed = any(not torch.equal(p, q) for p, q in zip(student.parameters(), model.parameters()))
     assert changed
+
+
+def test_a100_path_pretrains_and_trains_on_the_given_device(tmp_path):
+    """The a100 profile's path at tiny sizes with device "cpu": in-notebook pretraining of a model of
+    ``pretrain_arch`` on ``device``, loading it, every arm on ``device``; outputs and weights stay there."""
+    from agentpost.data.gsm8k import arithmetic_split
+    from agentpost.models.train_arith_lm import Hyper, train as pretrain
+    from agentpost.opsd.diagnostic import arm_grid, run_arms
+
+    device = "cpu"
+    arch = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+                num_key_value_heads=1, head_dim=16)
+    receipt = pretrain(tmp_path, Hyper(steps=2, batch=4, eval_items=2, max_new_tokens=8), arch=arch, device=device)
+    assert receipt["architecture"]["hidden_size"] == 32 and receipt["device"].startswith(device)
+    model0, tok = A.load(tmp_path)
+    model0 = model0.to(device)
+    exprs = list(arithmetic_split("train")[:8])
+    arms = arm_grid(ArmConfig(batch=2, updates=2, max_new_tokens=8, sync_every=1), ema_decays=(0.3,))
+    runs = run_arms(model0, tok, exprs, {"test": arithmetic_split("test")[:2]}, arms, [0], probe_pool=exprs, n_probe=2,
+                    probe_every=1, progress=False)
+    assert all(len(r[0]["eval"]["test"]["correct"]) == 2 and len(r[0]["log"]["probe"]) == 3 for r in runs.values())
+    assert all(p.device.type == device for p in model0.parameters())
