@@ -50,8 +50,9 @@ def _cmd_run(args) -> int:
     from agentpost.run.batch import run_batch, summary_table
     from agentpost.run.params import plan_runs
 
+    backend = _backend(args)
     specs = plan_runs(args.chapters, args.profile, seeds=args.seeds, overrides=args.param)
-    results = run_batch(specs, jobs=args.jobs, backend=args.backend, force=args.force)
+    results = run_batch(specs, jobs=args.jobs, backend=backend, force=args.force)
     print(summary_table(results))
     return 1 if any(r.status == "failed" for r in results) else 0
 
@@ -112,7 +113,7 @@ def _cmd_book(args) -> int:
     status = 0
     if started and not args.skip_runs:
         status = _cmd_run(argparse.Namespace(chapters=started, profile="smoke", seeds=None, param=[], jobs=args.jobs,
-                                             backend=args.backend, force=False))
+                                             force=False, **{k: getattr(args, k) for k in BACKEND_OPTIONS}))
     report = args.claims_report or _claim_tests(project_root())
     _cmd_ledger(argparse.Namespace(claims_report=report))
     root = project_root()
@@ -133,6 +134,24 @@ def _cmd_refresh(args) -> int:
     return 0
 
 
+# ---------------------------------------------------------------- backend options (agentpost.run.backends)
+BACKEND_OPTIONS = ("backend", "address", "partition", "time")
+
+
+def _add_backend_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--backend", default="local", choices=("local", "ray", "slurm"),
+                        help="where runs execute: a process pool here (local, with --jobs), a Ray cluster, a Slurm array")
+    parser.add_argument("--address", default=None, help="ray: the cluster, auto or ray://HOST:PORT (default: start one here)")
+    parser.add_argument("--partition", default=None, help="slurm: the partition")
+    parser.add_argument("--time", type=int, default=None, metavar="MINUTES", help="slurm: time limit per run (default 60)")
+
+
+def _backend(args):
+    from agentpost.run.backends import make_backend
+
+    return make_backend(args.backend, address=args.address, partition=args.partition, minutes=args.time)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="agentpost", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -144,7 +163,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--seeds", default=None, help="comma-separated seeds; default: the profile's")
     run.add_argument("-p", "--param", action="append", default=[], metavar="KEY=VALUE")
     run.add_argument("--jobs", type=int, default=1)
-    run.add_argument("--backend", default="local")
+    _add_backend_options(run)
     run.add_argument("--force", action="store_true", help="re-run even when a cached successful run exists")
     run.set_defaults(func=_cmd_run)
 
@@ -159,7 +178,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     book = sub.add_parser("book", help="run smoke profiles (cached), regenerate the ledger, build the book")
     book.add_argument("--jobs", type=int, default=2)
-    book.add_argument("--backend", default="local")
+    _add_backend_options(book)
     book.add_argument("--skip-runs", action="store_true")
     book.add_argument("--claims-report", default=None, help="outcomes of claim tests (default: run them now)")
     book.set_defaults(func=_cmd_book)

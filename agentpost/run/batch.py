@@ -7,16 +7,17 @@ import sys
 from tqdm.auto import tqdm
 
 from agentpost.errors import UsageError
-from agentpost.run.backends import get_backend
+from agentpost.run.backends import Backend, get_backend
 from agentpost.run.cache import cached_result
 from agentpost.run.execute import RunResult, clear_interrupted
 from agentpost.run.params import RunSpec
 
 
-def run_batch(specs: list[RunSpec], *, jobs: int = 1, backend: str = "local", force: bool = False,
+def run_batch(specs: list[RunSpec], *, jobs: int = 1, backend: str | Backend = "local", force: bool = False,
               stream=sys.stderr) -> list[RunResult]:
-    """Execute ``specs`` (runs with the same key that succeeded and validate are reused without starting a
-    process); returns results in spec order."""
+    """Execute ``specs`` through ``backend`` (a name, or one made by :func:`agentpost.run.backends.make_backend`);
+    runs with the same key that succeeded and validate are reused without starting a process. Returns results in
+    spec order."""
     if jobs < 1:
         raise UsageError(f"--jobs must be >= 1, got {jobs}")
     chosen = get_backend(backend)

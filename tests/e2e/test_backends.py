@@ -1,0 +1,193 @@
+"""The scale-out backends run the protocol chapter and leave the evidence a local run leaves.
+
+* Ray: a real local Ray cluster (``ray.init(num_cpus=2)``) runs seeds 42 and 43 of the tiny profile; the worker
+  running seed 43 is killed mid-run (SIGKILL, from outside: no test hook in the library), and Ray starts it again.
+* Slurm: submitit's local executor runs seed 44 as a one-task job array (``map_array``), logs in the runs root.
+
+Each run validates, records its backend, and has the local run's key, input hashes, parameters and metrics (the
+local runs are the session's ``tiny_runs``).
+"""
+
+import contextlib
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from agentpost.errors import UsageError
+from agentpost.evidence import receipt as rc
+from agentpost.evidence.validate import check_run
+from agentpost.project import config, project_root
+from agentpost.run.backends import SLURM_LOGS, RayBackend, SlurmBackend, make_backend
+from agentpost.run.batch import run_batch
+from agentpost.run.params import plan_runs
+from tests.e2e.conftest import DATA, agentpost, make_project, run_folders
+
+#: Fields a run measures about its machine and moment, which differ between any two executions.
+MACHINE_FIELDS = {"backend", "timing", "peak_memory", "receipt_sha256", "hashes"}
+
+
+def _clear_caches() -> None:
+    for cached in (project_root, config, rc.source_notebook, rc.code_tree_hash):
+        cached.cache_clear()
+
+
+@contextlib.contextmanager
+def inside(project: Path):
+    """Point this process (and the workers it starts) at a throwaway project."""
+    saved = {k: os.environ.get(k) for k in ("AGENTPOST_ROOT", "AGENTPOST_DATA")}
+    os.environ.update(AGENTPOST_ROOT=str(project), AGENTPOST_DATA=str(DATA))
+    _clear_caches()
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            os.environ.pop(key, None) if value is None else os.environ.__setitem__(key, value)
+        _clear_caches()
+
+
+def _descendants(root: int) -> dict[int, str]:
+    """pid -> command line of every live process below ``root`` (read from /proc)."""
+    parents, commands = {}, {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+                commands[int(entry.name)] = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            except OSError:
+                continue
+            parents[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
+    found = {}
+    for pid in parents:
+        up = pid
+        while up in parents and up != root:
+            up = parents[up]
+        if up == root and pid != root:
+            found[pid] = commands[pid]
+    return found
+
+
+class WorkerKiller(threading.Thread):
+    """Kills the Ray worker running ``title`` once its notebook kernel runs, then records the worker of the retry."""
+
+    def __init__(self, title: str):
+        super().__init__(daemon=True)
+        self.title, self.killed, self.retried, self.stop = title, None, None, threading.Event()
+
+    def _worker(self) -> int | None:
+        procs = _descendants(os.getpid())
+        return next((pid for pid, cmd in procs.items() if cmd.startswith(f"ray::{self.title}")), None)
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            pid = self._worker()
+            if pid and self.killed is None and any("ipykernel" in c for c in _descendants(pid).values()):
+                os.kill(pid, signal.SIGKILL)  # mid-run: its kernel is executing the notebook
+                self.killed = pid
+            elif pid and self.killed is not None and pid != self.killed:
+                self.retried = pid
+                return
+            time.sleep(0.2)
+
+
+@pytest.fixture(scope="module")
+def remote_project(tmp_path_factory):
+    return make_project(tmp_path_factory.mktemp("remote-project"))
+
+
+@pytest.fixture(scope="module")
+def ray_runs(remote_project):
+    """Seeds 42 and 43 through a local two-CPU Ray cluster; seed 43's worker is killed mid-run."""
+    import ray
+
+    with inside(remote_project):
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+        killer = WorkerKiller("agentpost:paired-protocol:seed-43")
+        killer.start()
+        try:
+            specs = plan_runs(["paired-protocol"], "tiny", seeds="42,43")
+            results = run_batch(specs, backend=RayBackend())
+        finally:
+            killer.stop.set()
+            ray.shutdown()
+        reports = {r.spec.seed: check_run(remote_project / r.run_dir) for r in results if r.run_dir != "-"}
+    return results, reports, killer
+
+
+def _local(tiny_runs, seed: int) -> dict:
+    project, result = tiny_runs
+    assert result.returncode == 0, result.stdout + result.stderr
+    run = next(r for r in run_folders(project) if r.parent.name == "tiny" and r.name.startswith(f"seed-{seed}-"))
+    return rc.load_raw(run / rc.RECEIPT_NAME)
+
+
+def _same_evidence(remote: dict, local: dict, backend: str) -> None:
+    assert remote["backend"] == backend and local["backend"] == "local"
+    assert remote["run_key"] == local["run_key"]
+    assert rc.input_hashes_of(remote) == rc.input_hashes_of(local)
+    assert set(remote) == set(local)
+    for name in set(remote) - MACHINE_FIELDS:
+        assert remote[name] == local[name], name
+
+
+def test_ray_runs_validate_with_the_local_runs_keys(ray_runs, tiny_runs):
+    results, reports, _ = ray_runs
+    assert [r.status for r in results] == ["ok", "ok"], [r.error for r in results]
+    for seed, report in reports.items():
+        assert report.problems == [], report.problems
+        _same_evidence(report.receipt, _local(tiny_runs, seed), "ray")
+
+
+def test_a_killed_ray_worker_is_retried(ray_runs):
+    results, reports, killer = ray_runs
+    assert killer.killed is not None, "the worker of seed 43 was never seen running its kernel"
+    assert killer.retried not in (None, killer.killed), "no second worker ran seed 43 after the first was killed"
+    assert reports[43].problems == [] and reports[43].receipt["status"] == "ok"
+
+
+def test_submitit_job_array_runs_validate_with_the_local_key(remote_project, tiny_runs):
+    with inside(remote_project):
+        specs = plan_runs(["paired-protocol"], "tiny", seeds="44")
+        (result,) = run_batch(specs, backend=SlurmBackend(cluster="local"))
+        report = check_run(remote_project / result.run_dir)
+    assert result.status == "ok", result.error
+    assert report.problems == [], report.problems
+    _same_evidence(report.receipt, _local(tiny_runs, 44), "submitit-local")
+    logs = list((remote_project / rc.RUNS_DIR / SLURM_LOGS).rglob("*_log.out"))
+    assert logs, "submitit wrote no job log under the runs root"
+
+
+@pytest.mark.parametrize("name, options, culprit", [
+    ("local", {"address": "auto"}, "--address is for --backend ray, not local"),
+    ("local", {"partition": "gpu"}, "--partition is for --backend slurm, not local"),
+    ("ray", {"minutes": 30}, "--time is for --backend slurm, not ray"),
+    ("ray", {"address": "nonsense"}, "--address must be auto, ray://HOST:PORT or HOST:PORT, got 'nonsense'"),
+    ("slurm", {"minutes": 0}, "--time must be at least 1 minute, got 0"),
+    ("cloud", {}, "unknown backend 'cloud'; available: local, ray, slurm"),
+])
+def test_bad_backend_options_are_named(name, options, culprit):
+    with pytest.raises(UsageError) as err:
+        make_backend(name, **options)
+    assert str(err.value) == culprit
+
+
+def test_the_command_line_exits_2_on_a_bad_backend_option_before_any_work(tmp_path):
+    project = make_project(tmp_path)
+    result = agentpost(project, "run", "paired-protocol", "--profile", "tiny", "--address", "auto")
+    assert result.returncode == 2 and "--address is for --backend ray, not local" in result.stderr, result.stderr
+    assert not (project / rc.RUNS_DIR).exists()
+
+
+def test_a_missing_engine_names_the_extra_to_install(monkeypatch):
+    import builtins
+
+    real_import = builtins.__import__
+    monkeypatch.setattr(builtins, "__import__", lambda name, *a, **k: (
+        (_ for _ in ()).throw(ImportError(name)) if name in ("ray", "submitit") else real_import(name, *a, **k)))
+    with pytest.raises(UsageError, match=r"pip install -e '\.\[ray\]'"):
+        make_backend("ray")
+    with pytest.raises(UsageError, match=r"pip install -e '\.\[slurm\]'"):
+        make_backend("slurm")
