@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 
 from agentpost.errors import UsageError
 from agentpost.evidence import receipt as rc
@@ -98,23 +99,49 @@ def remote_project(tmp_path_factory):
     return make_project(tmp_path_factory.mktemp("remote-project"))
 
 
+def test_an_address_without_a_cluster_is_named(remote_project):
+    """(Before the module's cluster starts: with one running, the backend uses it.)"""
+    with inside(remote_project):
+        specs = plan_runs(["paired-protocol"], "tiny", seeds="42")
+        with pytest.raises(UsageError, match="--address auto: cannot connect to a Ray cluster"):
+            list(RayBackend("auto").submit(specs, jobs=1))
+
+
 @pytest.fixture(scope="module")
-def ray_runs(remote_project):
-    """Seeds 42 and 43 through a local two-CPU Ray cluster; seed 43's worker is killed mid-run."""
+def ray_cluster(remote_project):
+    """A local two-CPU Ray cluster, its workers pointed at the throwaway project."""
     import ray
 
     with inside(remote_project):
         ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-        killer = WorkerKiller("agentpost:paired-protocol:seed-43")
-        killer.start()
         try:
-            specs = plan_runs(["paired-protocol"], "tiny", seeds="42,43")
-            results = run_batch(specs, backend=RayBackend())
+            yield remote_project
         finally:
-            killer.stop.set()
             ray.shutdown()
-        reports = {r.spec.seed: check_run(remote_project / r.run_dir) for r in results if r.run_dir != "-"}
+
+
+@pytest.fixture(scope="module")
+def ray_runs(ray_cluster):
+    """Seeds 42 and 43 through the Ray cluster; seed 43's worker is killed mid-run."""
+    killer = WorkerKiller("agentpost:paired-protocol:seed-43")
+    killer.start()
+    try:
+        specs = plan_runs(["paired-protocol"], "tiny", seeds="42,43")
+        results = run_batch(specs, backend=RayBackend())
+    finally:
+        killer.stop.set()
+    reports = {r.spec.seed: check_run(ray_cluster / r.run_dir) for r in results if r.run_dir != "-"}
     return results, reports, killer
+
+
+def test_a_run_no_node_can_hold_is_refused_before_it_waits_for_ever(ray_cluster):
+    profile = yaml.safe_load((ray_cluster / "params" / "paired-protocol" / "tiny.yaml").read_text())
+    (ray_cluster / "params" / "paired-protocol" / "gpu.yaml").write_text(yaml.safe_dump({**profile, "resources": {"num_gpus": 1}}))
+    specs = plan_runs(["paired-protocol"], "gpu", seeds="42")
+    with pytest.raises(UsageError, match=r"params/paired-protocol/gpu.yaml: a run asks for 1 CPU\(s\) and 1 GPU\(s\), "
+                                         r"but the largest node of the Ray cluster has 2 CPU\(s\) and 0 GPU\(s\)"):
+        list(RayBackend().submit(specs, jobs=1))
+    assert not (ray_cluster / rc.RUNS_DIR / "paired-protocol" / "gpu").exists()
 
 
 def _local(tiny_runs, seed: int) -> dict:
