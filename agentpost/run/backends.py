@@ -3,7 +3,8 @@
 A backend maps the runs of a batch over workers and yields results as they finish. Callers (``agentpost run``,
 ``agentpost book``) only see :class:`Backend`, made by :func:`make_backend` from the command line's options.
 
-* ``local``: a process pool on this machine, one fresh process per run.
+* ``local``: processes on this machine, at most ``--jobs`` at a time, one fresh process per run (so peak memory is
+  measured per run); each reports its executed cells to ``progress``.
 * ``ray``: one Ray task per (chapter, seed) on a Ray cluster (``--address``; none starts one on this machine), with
   the profile's ``resources`` (``num_cpus``, ``num_gpus``, fractions below one GPU allowed) and ``max_retries``.
 * ``slurm``: a Slurm job array of (chapter, seed) through submitit (``executor.map_array``), with ``--partition``,
@@ -12,7 +13,7 @@ A backend maps the runs of a batch over workers and yields results as they finis
 Identical evidence, whatever the backend. A worker only *produces* a run (:func:`agentpost.run.execute.produce`:
 papermill in a scratch folder of its own machine, then the sealed receipt) and returns its notebook and receipt
 text; the driver *commits* it (:func:`agentpost.run.execute.commit`: both files into ``.tmp-<name>`` under the
-runs root, then one rename), exactly as a local run is committed. So a Ray node needs no access to the driver's
+runs root, then one rename), exactly as a local run's process commits its own. So a Ray node needs no access to the driver's
 runs folder, a run is never half-written by a worker that dies, and the run key, folder and every receipt field
 but ``backend`` (and what the run measured about its machine: device, timing, memory) are the local run's. A remote
 worker re-hashes its own notebook, code and data first and refuses to run on a checkout that differs from the
@@ -22,48 +23,144 @@ Retries. A run whose process died (a killed or lost Ray worker, a Slurm job that
 notebook kernel that died) is started again, up to the profile's ``max_retries``: by Ray itself
 (``max_retries``, ``retry_exceptions``), and for Slurm by resubmitting the job. A cell that raises is not retried:
 the seed makes it fail again, and the failed run, with its receipt, is the result.
+
+Progress. ``progress(spec, cells_done, cells_total)`` is called as the cells of a running run execute; the local
+backend reports every cell, Ray and Slurm workers run elsewhere and report nothing until their run is done.
+
+Ctrl-C (``KeyboardInterrupt`` in the caller). A backend stops scheduling at once, ends its running runs and their
+kernels (local processes are sent SIGTERM; Ray tasks are cancelled by force; Slurm jobs are cancelled) and
+re-raises; the caller removes the temporary folders and reports what finished
+(:class:`agentpost.run.batch.BatchInterrupted`).
 """
 
 from __future__ import annotations
 
 import multiprocessing
 import os
+import queue
 import shutil
+import signal
 import sys
 import time
-from concurrent.futures import ProcessPoolExecutor, as_completed
-from typing import Iterator, Protocol
+from pathlib import Path
+from typing import Callable, Iterator, Protocol
 
 from agentpost.errors import UsageError
-from agentpost.run.execute import RunResult, commit, execute, produce
 from agentpost.run.params import RunSpec
 
+#: ``progress(spec, cells_done, cells_total)``: called as the cells of a running run execute.
+Progress = Callable[[RunSpec, int, int], None]
+#: Seconds a run may take to end its kernel after it was asked to stop, before its process is killed.
+STOP_GRACE_S = 10.0
 SLURM_LOGS = ".slurm-logs"  # under the runs root (git-ignored)
+#: Put first on the PYTHONPATH of the processes a local Ray cluster spawns; see :func:`init_ray`.
+RAY_SITE = Path(__file__).with_name("ray_site")
 DEFAULT_SLURM_MINUTES = 60
 
 
 class Backend(Protocol):
     name: str
 
-    def submit(self, specs: list[RunSpec], *, jobs: int) -> Iterator[RunResult]:
-        """Execute every spec, yielding each result as soon as it is known (order not guaranteed)."""
+    def submit(self, specs: list[RunSpec], *, jobs: int, progress: Progress | None = None) -> Iterator:
+        """Execute every spec, yielding each :class:`~agentpost.run.execute.RunResult` as soon as it is known
+        (order not guaranteed); on ``KeyboardInterrupt`` end the running runs and re-raise."""
+
+
+def _interrupt(signum, frame):
+    """The parent's stop: kill this run's kernel first (it is in its own session, so no terminal signal reaches
+    it, and a polite shutdown mid-cell makes ipykernel print tracebacks), then unwind the run."""
+    import psutil
+
+    for descendant in psutil.Process().children(recursive=True):
+        try:
+            descendant.kill()
+        except psutil.NoSuchProcess:
+            pass
+    raise KeyboardInterrupt
+
+
+def _child(index: int, spec: RunSpec, messages) -> None:
+    """One run in its own process; every outcome goes back through ``messages`` as ``(kind, index, payload)``.
+
+    The terminal's Ctrl-C reaches the whole process group: the child ignores it and lets the parent decide; the
+    parent's SIGTERM ends the run (papermill's kernel with it) and removes its temporary folder."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        from agentpost.project import skip_slow_optional_imports
+
+        skip_slow_optional_imports()
+        from agentpost.run.execute import execute
+
+        result = execute(spec, progress=lambda done, total: messages.put(("cells", index, (done, total))))
+        messages.put(("result", index, result))
+    except KeyboardInterrupt:
+        messages.put(("stopped", index, None))
+    except Exception as err:  # noqa: BLE001 - reported as this run's failure, the batch goes on
+        messages.put(("crashed", index, f"{type(err).__name__}: {err}"))
 
 
 class LocalBackend:
-    """A process pool on this machine; one fresh process per run so peak memory is measured per run."""
+    """Processes on this machine, at most ``jobs`` at a time; one fresh process per run so peak memory is
+    measured per run."""
 
     name = "local"
 
-    def submit(self, specs: list[RunSpec], *, jobs: int) -> Iterator[RunResult]:
+    def submit(self, specs: list[RunSpec], *, jobs: int, progress: Progress | None = None) -> Iterator:
+        from agentpost.run.execute import clear_interrupted
+
         context = multiprocessing.get_context("spawn")
-        with ProcessPoolExecutor(max_workers=jobs, mp_context=context, max_tasks_per_child=1) as pool:
-            futures = {pool.submit(execute, spec): spec for spec in specs}
-            for future in as_completed(futures):
-                yield future.result()
+        messages = context.Queue()
+        waiting = list(enumerate(specs))
+        running: dict[int, multiprocessing.Process] = {}
+        try:
+            while waiting or running:
+                while waiting and len(running) < jobs:
+                    index, spec = waiting.pop(0)
+                    running[index] = context.Process(target=_child, args=(index, spec, messages), daemon=False)
+                    running[index].start()
+                try:
+                    kind, index, payload = messages.get(timeout=1.0)
+                except queue.Empty:
+                    for index, process in list(running.items()):  # a process that died without a word
+                        if not process.is_alive() and messages.empty():
+                            running.pop(index).join()
+                            clear_interrupted([specs[index]])
+                            yield _lost(specs[index], f"the run's process ended with exit code {process.exitcode}")
+                    continue
+                if kind == "cells":
+                    if progress:
+                        progress(specs[index], *payload)
+                    continue
+                running.pop(index).join()
+                if kind == "result":
+                    yield payload
+                else:
+                    yield _lost(specs[index], payload or "stopped")
+        finally:
+            self._stop(running)
+
+    @staticmethod
+    def _stop(running: dict) -> None:
+        """End the runs still running (each ends its kernel and removes its temporary folder), then reap them."""
+        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut the clean-up short
+        try:
+            for process in running.values():
+                if process.is_alive():
+                    process.terminate()
+            for process in running.values():
+                process.join(STOP_GRACE_S)
+                if process.is_alive():
+                    process.kill()
+                    process.join()
+        finally:
+            signal.signal(signal.SIGINT, previous)
 
 
-def _lost(spec: RunSpec, why: str) -> RunResult:
-    """A run that produced nothing (its retries spent, or cancelled): failed, with no folder written."""
+def _lost(spec: RunSpec, why: str):
+    """A run that produced nothing (its process died, its retries spent, or it was stopped): failed, no folder."""
+    from agentpost.run.execute import RunResult
+
     return RunResult(spec, "failed", "-", 0.0, why)
 
 
@@ -81,6 +178,11 @@ def _agentpost_environment() -> dict[str, str]:
 
 def _produce_remote(spec: RunSpec, backend: str):
     """A run on a worker of another backend; the worker checks its inputs first (see the module docstring)."""
+    from agentpost.project import skip_slow_optional_imports
+
+    skip_slow_optional_imports()
+    from agentpost.run.execute import produce
+
     return produce(spec, backend, check_inputs=True)
 
 
@@ -89,6 +191,28 @@ def _retryable() -> tuple[type[BaseException], ...]:
     from nbclient.exceptions import DeadKernelError
 
     return (DeadKernelError,)
+
+
+def init_ray(**options) -> None:
+    """``ray.init(**options)``, the processes it spawns skipping a slow optional import.
+
+    Started without an address, Ray launches its raylet, which gives its dashboard agent a fixed 15 s to come up
+    (``include_dashboard=False`` does not stop the agent); the agent imports jsonschema, which imports rfc3987-syntax
+    and compiles a grammar (seconds of CPU), so on a loaded machine ``ray.init`` timed out. Those processes inherit
+    this process's environment: with :data:`RAY_SITE` first on their PYTHONPATH, the import fails at once and
+    jsonschema skips the one format checker it was for. Connecting to a running cluster spawns nothing and is not
+    affected."""
+    import ray
+
+    saved = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = os.pathsep.join([str(RAY_SITE), *([saved] if saved else [])])
+    try:
+        ray.init(**options)
+    finally:
+        if saved is None:
+            os.environ.pop("PYTHONPATH", None)
+        else:
+            os.environ["PYTHONPATH"] = saved
 
 
 class RayBackend:
@@ -105,8 +229,8 @@ class RayBackend:
         if self.ray.is_initialized():
             return False
         try:
-            self.ray.init(address=self.address, runtime_env={"env_vars": _agentpost_environment()},
-                          include_dashboard=False, log_to_driver=False, logging_level="ERROR")
+            init_ray(address=self.address, runtime_env={"env_vars": _agentpost_environment()},
+                     include_dashboard=False, log_to_driver=False, logging_level="ERROR")
         except (ConnectionError, RuntimeError, ValueError) as err:
             raise UsageError(f"--address {self.address}: cannot connect to a Ray cluster: {err}") from None
         return True
@@ -122,9 +246,11 @@ class RayBackend:
                                  f"GPU(s), but the largest node of the Ray cluster has {largest[0]:g} CPU(s) and "
                                  f"{largest[1]:g} GPU(s)")
 
-    def submit(self, specs: list[RunSpec], *, jobs: int) -> Iterator[RunResult]:
+    def submit(self, specs: list[RunSpec], *, jobs: int, progress: Progress | None = None) -> Iterator:
         if not specs:
             return
+        from agentpost.run.execute import commit
+
         ray = self.ray
         connected_here = self._connect()
         pending = {}
@@ -187,9 +313,11 @@ class SlurmBackend:
                     raise UsageError(f"params/{spec.chapter}/{spec.profile}.yaml: resources.{key} is {value}; Slurm "
                                      "allocates whole CPUs and GPUs (fractions are for --backend ray)")
 
-    def submit(self, specs: list[RunSpec], *, jobs: int) -> Iterator[RunResult]:
+    def submit(self, specs: list[RunSpec], *, jobs: int, progress: Progress | None = None) -> Iterator:
         if not specs:
             return
+        from agentpost.run.execute import commit
+
         self._check_whole(specs)
         groups: dict[tuple, list[RunSpec]] = {}
         for spec in specs:  # one array per distinct set of resources

@@ -1,7 +1,8 @@
 """The scale-out backends run the protocol chapter and leave the evidence a local run leaves.
 
-* Ray: a real local Ray cluster (``ray.init(num_cpus=2)``) runs seeds 42 and 43 of the tiny profile; the worker
-  running seed 43 is killed mid-run (SIGKILL, from outside: no test hook in the library), and Ray starts it again.
+* Ray: a real local Ray cluster (``init_ray(num_cpus=2)``: ``ray.init`` whose processes skip a slow import, so it
+  starts on a loaded machine) runs seeds 42 and 43 of the tiny profile; the worker running seed 43 is killed mid-run
+  (SIGKILL, from outside: no test hook in the library), and Ray starts it again. Ctrl-C during seed 45 cancels it.
 * Slurm: submitit's local executor runs seed 44 as a one-task job array (``map_array``), logs in the runs root.
 
 Each run validates, records its backend, and has the local run's key, input hashes, parameters and metrics (the
@@ -22,10 +23,10 @@ from agentpost.errors import UsageError
 from agentpost.evidence import receipt as rc
 from agentpost.evidence.validate import check_run
 from agentpost.project import config, project_root
-from agentpost.run.backends import SLURM_LOGS, RayBackend, SlurmBackend, make_backend
-from agentpost.run.batch import run_batch
+from agentpost.run.backends import SLURM_LOGS, RayBackend, SlurmBackend, init_ray, make_backend
+from agentpost.run.batch import BatchInterrupted, run_batch
 from agentpost.run.params import plan_runs
-from tests.e2e.conftest import DATA, agentpost, make_project, run_folders
+from tests.e2e.conftest import DATA, make_project, run_folders
 
 #: Fields a run measures about its machine and moment, which differ between any two executions.
 MACHINE_FIELDS = {"backend", "timing", "peak_memory", "receipt_sha256", "hashes"}
@@ -71,6 +72,15 @@ def _descendants(root: int) -> dict[int, str]:
     return found
 
 
+def _ray_worker(title: str) -> int | None:
+    """The Ray worker process (of this test's cluster) running the task named ``title``, if any."""
+    return next((pid for pid, cmd in _descendants(os.getpid()).items() if cmd.startswith(f"ray::{title}")), None)
+
+
+def _runs_a_kernel(pid: int) -> bool:
+    return any("ipykernel" in c for c in _descendants(pid).values())
+
+
 class WorkerKiller(threading.Thread):
     """Kills the Ray worker running ``title`` once its notebook kernel runs, then records the worker of the retry."""
 
@@ -78,14 +88,10 @@ class WorkerKiller(threading.Thread):
         super().__init__(daemon=True)
         self.title, self.killed, self.retried, self.stop = title, None, None, threading.Event()
 
-    def _worker(self) -> int | None:
-        procs = _descendants(os.getpid())
-        return next((pid for pid, cmd in procs.items() if cmd.startswith(f"ray::{self.title}")), None)
-
     def run(self) -> None:
         while not self.stop.is_set():
-            pid = self._worker()
-            if pid and self.killed is None and any("ipykernel" in c for c in _descendants(pid).values()):
+            pid = _ray_worker(self.title)
+            if pid and self.killed is None and _runs_a_kernel(pid):
                 os.kill(pid, signal.SIGKILL)  # mid-run: its kernel is executing the notebook
                 self.killed = pid
             elif pid and self.killed is not None and pid != self.killed:
@@ -113,7 +119,7 @@ def ray_cluster(remote_project):
     import ray
 
     with inside(remote_project):
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+        init_ray(num_cpus=2, include_dashboard=False, log_to_driver=False)
         try:
             yield remote_project
         finally:
@@ -142,6 +148,37 @@ def test_a_run_no_node_can_hold_is_refused_before_it_waits_for_ever(ray_cluster)
                                          r"but the largest node of the Ray cluster has 2 CPU\(s\) and 0 GPU\(s\)"):
         list(RayBackend().submit(specs, jobs=1))
     assert not (ray_cluster / rc.RUNS_DIR / "paired-protocol" / "gpu").exists()
+
+
+def test_ctrl_c_cancels_the_ray_tasks_and_writes_nothing(ray_cluster):
+    """Ctrl-C (SIGINT to the driver) while a Ray task executes its notebook: the task's worker is ended,
+    ``run_batch`` raises :class:`BatchInterrupted` with nothing finished, and no run folder or ``.tmp-`` is left."""
+    title = "agentpost:paired-protocol:seed-45"
+
+    def interrupt_once_running() -> None:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            worker = _ray_worker(title)
+            if worker and _runs_a_kernel(worker):
+                os.kill(os.getpid(), signal.SIGINT)
+                return
+            time.sleep(0.2)
+
+    specs = plan_runs(["paired-protocol"], "tiny", seeds="45")
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a terminal, even from a background job
+    try:
+        threading.Thread(target=interrupt_once_running, daemon=True).start()
+        with pytest.raises(BatchInterrupted) as stop:
+            run_batch(specs, backend=RayBackend())
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert stop.value.finished == []
+    deadline = time.monotonic() + 60
+    while _ray_worker(title) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert _ray_worker(title) is None, "the cancelled task's worker is still running"
+    runs = ray_cluster / rc.RUNS_DIR / "paired-protocol" / "tiny"
+    assert not list(runs.glob("seed-45-*")) and not list(runs.glob(".tmp-*"))
 
 
 def _local(tiny_runs, seed: int) -> dict:
@@ -187,25 +224,10 @@ def test_submitit_job_array_runs_validate_with_the_local_key(remote_project, tin
     assert logs, "submitit wrote no job log under the runs root"
 
 
-@pytest.mark.parametrize("name, options, culprit", [
-    ("local", {"address": "auto"}, "--address is for --backend ray, not local"),
-    ("local", {"partition": "gpu"}, "--partition is for --backend slurm, not local"),
-    ("ray", {"minutes": 30}, "--time is for --backend slurm, not ray"),
-    ("ray", {"address": "nonsense"}, "--address must be auto, ray://HOST:PORT or HOST:PORT, got 'nonsense'"),
-    ("slurm", {"minutes": 0}, "--time must be at least 1 minute, got 0"),
-    ("cloud", {}, "unknown backend 'cloud'; available: local, ray, slurm"),
-])
-def test_bad_backend_options_are_named(name, options, culprit):
-    with pytest.raises(UsageError) as err:
-        make_backend(name, **options)
-    assert str(err.value) == culprit
-
-
-def test_the_command_line_exits_2_on_a_bad_backend_option_before_any_work(tmp_path):
-    project = make_project(tmp_path)
-    result = agentpost(project, "run", "paired-protocol", "--profile", "tiny", "--address", "auto")
-    assert result.returncode == 2 and "--address is for --backend ray, not local" in result.stderr, result.stderr
-    assert not (project / rc.RUNS_DIR).exists()
+def test_an_unknown_backend_name_from_the_library_is_named():
+    """(The command line's backend options are rows of tests/e2e/test_bad_input.py.)"""
+    with pytest.raises(UsageError, match=r"^unknown backend 'cloud'; available: local, ray, slurm$"):
+        run_batch([], backend="cloud")
 
 
 def test_a_missing_engine_names_the_extra_to_install(monkeypatch):
