@@ -52,7 +52,7 @@ def _prepare(q, k, v, g, beta, initial_state, scale):
     B, T, H, dk = k.shape
     s = 1.0 / math.sqrt(dk) if scale is None else float(scale)
     q, k, v, g, beta = (x.transpose(1, 2).float() for x in (q, k, v, g, beta))
-    S = torch.zeros(B, H, dk, v.shape[-1]) if initial_state is None else initial_state.float().clone()
+    S = torch.zeros(B, H, dk, v.shape[-1], device=k.device) if initial_state is None else initial_state.float().clone()
     return (s * q, k, v, g, beta), S
 
 
@@ -96,12 +96,12 @@ def chunk_gated_delta(q, k, v, g, beta, *, initial_state=None, scale: float | No
         qc, kc, vc, bc = q[:, :, sl], k[:, :, sl], v[:, :, sl], beta[:, :, sl]
         G = g[:, :, sl].cumsum(-1)                                     # [B, H, C]
         C = G.shape[-1]
-        lower = torch.ones(C, C, dtype=torch.bool).tril()
+        lower = torch.ones(C, C, dtype=torch.bool, device=q.device).tril()
         strict = lower.clone().fill_diagonal_(False)
         decay = torch.where(lower, (G[..., :, None] - G[..., None, :]).masked_fill(~lower, 0.0).exp(), 0.0)
         A = torch.where(strict, bc[..., :, None] * decay * (kc @ kc.transpose(-1, -2)), 0.0)
         rhs = bc[..., None] * (vc - G.exp()[..., None] * (kc @ S))
-        U = torch.linalg.solve_triangular(torch.eye(C) + A, rhs, upper=False, unitriangular=True)
+        U = torch.linalg.solve_triangular(torch.eye(C, device=q.device) + A, rhs, upper=False, unitriangular=True)
         o[:, :, sl] = G.exp()[..., None] * (qc @ S) + (decay * (qc @ kc.transpose(-1, -2))) @ U
         S_new = G[..., -1:, None].exp() * S + kc.transpose(-1, -2) @ ((G[..., -1:] - G).exp()[..., None] * U)
         if with_drift:

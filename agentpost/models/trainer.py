@@ -40,9 +40,10 @@ def optimizer_step(model, opt, loss: torch.Tensor, clip: float) -> None:
 def perplexity(model, ids: np.ndarray, length: int, n_words: int) -> dict:
     """Perplexity over non-overlapping windows: per token and per word (same total NLL over ``n_words``)."""
     model.eval()
+    device = next(model.parameters()).device
     total, count = 0.0, 0
     for s in range(0, len(ids) - 1, length):
-        chunk = torch.tensor(ids[s:s + length + 1], dtype=torch.long)[None]
+        chunk = torch.tensor(ids[s:s + length + 1], dtype=torch.long, device=device)[None]
         if chunk.shape[1] < 2:
             break
         logits = model(input_ids=chunk[:, :-1]).logits

@@ -1,0 +1,184 @@
+"""Language modelling on a stream under a full-attention KV budget (the public-data DeltaS diagnostic).
+
+Protocol for one stream of ``P + M + 1`` tokens ``x_0 .. x_{P+M}`` and a trained :class:`HybridForCausalLM`:
+
+1. **Prefix.** Feed ``x_0 .. x_{P-1}`` in chunks of ``chunk_tokens`` carrying the state. For each chunk ``c`` record
+   every gated-DeltaNet layer's state before and after it and score
+   ``delta_c = mean_layers mean_heads ||S_after - S_before||_F / (||S_before||_F + eps)`` (spec Eq. 3 reading,
+   :func:`agentpost.deltas.rule.state_drift`). Each full-attention KV entry (one per prefix token, shared by all
+   attention layers and heads) is tagged with its position, its chunk, its chunk's drift and its key norm (mean over
+   heads and attention layers).
+2. **Evict.** At a budget of ``round(f * P)`` entries each policy keeps sinks + recent window + its best-scored middle
+   entries (:mod:`agentpost.deltas.retention`); the linear states are untouched; kept entries keep their positions.
+3. **Score.** Feed the continuation inputs ``x_P .. x_{P+M-1}`` on the pruned state (their own KV is appended, never
+   evicted) and take the next-token NLL of ``x_{P+1} .. x_{P+M}``, mean over the ``M`` targets (nats/token).
+
+The attention reference scores each prefix entry by the attention mass the continuation's queries give it under the
+full cache (mean over attention layers, heads and queries): it sees the future, so it is a query-aware upper
+reference, not a streaming policy. Full KV (no eviction) is the reference every cut is read against.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+import torch
+import torch.nn.functional as F
+from tqdm.auto import tqdm
+
+from agentpost.deltas.hybrid import HybridForCausalLM, HybridState
+from agentpost.deltas.retention import CacheEntries, make_policy
+from agentpost.deltas.rule import state_drift
+
+
+@dataclass
+class PrefixRecord:
+    """The state after the prefix and what every policy may see of its attention KV entries."""
+
+    state: HybridState
+    entries: CacheEntries
+    chunk_drift: torch.Tensor          # [n_chunks]
+
+
+@torch.no_grad()
+def read_prefix(model: HybridForCausalLM, prefix: torch.Tensor, chunk_tokens: int, *, drift_norm: str = "relative",
+                eps: float = 1e-6) -> PrefixRecord:
+    """Step 1 of the protocol on a 1-D token tensor ``prefix``."""
+    if prefix.dim() != 1 or prefix.numel() < 1:
+        raise ValueError(f"prefix must be a non-empty 1-D token tensor, got shape {tuple(prefix.shape)}")
+    if chunk_tokens < 1:
+        raise ValueError(f"chunk_tokens must be >= 1, got {chunk_tokens}")
+    device = next(model.parameters()).device
+    ids = prefix.to(device)[None]
+    state, drifts = None, []
+    for c0 in range(0, ids.shape[1], chunk_tokens):
+        before = None if state is None else state.linear_states()
+        state = model(ids[:, c0:c0 + chunk_tokens], state=state).state
+        after = state.linear_states()
+        if before is None:
+            before = [torch.zeros_like(s) for s in after]
+        per_layer = [state_drift(b, a, drift_norm=drift_norm, eps=eps).mean() for b, a in zip(before, after)]
+        drifts.append(torch.stack(per_layer).mean())
+    chunk_drift = torch.stack(drifts).cpu()
+    n = ids.shape[1]
+    chunk_ids = torch.arange(n) // chunk_tokens
+    key_norm = torch.stack([c.keys[0].norm(dim=-1).mean(0) for c in state.attention_caches()]).mean(0).cpu()
+    entries = CacheEntries(positions=torch.arange(n), chunk_ids=chunk_ids, drift=chunk_drift[chunk_ids],
+                           key_norm=key_norm)
+    return PrefixRecord(state, entries, chunk_drift)
+
+
+@torch.no_grad()
+def continuation_nll(model: HybridForCausalLM, state: HybridState, continuation: torch.Tensor,
+                     record_attention: bool = False):
+    """Step 3: per-target NLL ``[M]`` of ``continuation[1:]`` given ``continuation[:-1]`` fed on ``state``; with
+    ``record_attention`` also the mass each cached prefix entry gets (mean over layers, heads, queries)."""
+    device = next(model.parameters()).device
+    cont = continuation.to(device)[None]
+    n_cached = state.attention_caches()[0].positions.numel()
+    out = model(cont[:, :-1], state=state, record_attention=record_attention)
+    nll = F.cross_entropy(out.logits[0].float(), cont[0, 1:], reduction="none").cpu()
+    if not record_attention:
+        return nll
+    mass = torch.stack([w[0, :, :, :n_cached].mean(dim=(0, 1)) for w in out.attention]).mean(0).cpu()
+    return nll, mass
+
+
+def budget_tokens(fraction: float, prefix_tokens: int) -> int:
+    if not 0 < fraction <= 1:
+        raise ValueError(f"budget fractions must be in (0, 1], got {fraction}")
+    return int(round(fraction * prefix_tokens))
+
+
+def check_budgets(budget_fractions, prefix_tokens: int, n_sinks: int, n_recent: int) -> None:
+    """Every budget must leave entries to choose beyond the sinks and the recent window (else all policies agree)."""
+    for frac in budget_fractions:
+        if budget_tokens(frac, prefix_tokens) <= n_sinks + n_recent:
+            raise ValueError(f"budget {frac} of {prefix_tokens} prefix tokens = {budget_tokens(frac, prefix_tokens)} "
+                             f"entries leaves nothing to choose after {n_sinks} sinks + {n_recent} recent; raise the "
+                             f"budget or the prefix, or lower n_sinks / n_recent")
+
+
+def protected_mask(entries: CacheEntries, n_sinks: int, n_recent: int) -> torch.Tensor:
+    """Entries every policy keeps (sinks and the recent window), as in :func:`agentpost.deltas.retention.select`."""
+    n = len(entries)
+    mask = entries.positions < entries.positions.min() + n_sinks
+    mask[max(0, n - n_recent):] = True
+    return mask
+
+
+@torch.no_grad()
+def stream_budget_rows(model: HybridForCausalLM, tokens: torch.Tensor, prefix_tokens: int, chunk_tokens: int,
+                       budget_fractions, policies, *, n_sinks: int, n_recent: int, buckets: int = 4,
+                       retention: str = "bucketed", drift_norm: str = "relative", random_seed: int = 0) -> dict:
+    """The protocol on one stream ``tokens`` (``P + M + 1`` ids). Returns ``{"nll": rows, "overlap": rows,
+    "chunks": frame}``: continuation NLL per (budget, policy) plus ``full``; per budget and policy the share of the
+    attention reference's kept middle entries that the policy also keeps; drift and attention mass per chunk."""
+    if tokens.numel() < prefix_tokens + 2:
+        raise ValueError(f"a stream needs at least prefix_tokens + 2 = {prefix_tokens + 2} tokens, got {tokens.numel()}")
+    record = read_prefix(model, tokens[:prefix_tokens], chunk_tokens, drift_norm=drift_norm)
+    continuation = tokens[prefix_tokens:]
+    full_nll = continuation_nll(model, record.state, continuation)
+    _, mass = continuation_nll(model, record.state, continuation, record_attention=True)
+    entries = CacheEntries(record.entries.positions, record.entries.chunk_ids, record.entries.drift,
+                           record.entries.key_norm, attention=mass)
+    nll_rows = [{"budget_frac": 1.0, "policy": "full", "kept": len(entries), "nll": float(full_nll.mean())}]
+    overlap_rows = []
+    middle = ~protected_mask(entries, n_sinks, n_recent)
+    for frac in budget_fractions:
+        budget = budget_tokens(frac, prefix_tokens)
+        kept = {}
+        for name in policies:
+            kw = {"n_sinks": n_sinks, "n_recent": n_recent}
+            if name == "drift":
+                kw.update(buckets=buckets, retention=retention)
+            if name == "random":
+                kw.update(seed=random_seed)
+            keep = make_policy(name, **kw).keep(entries, budget)
+            kept[name] = keep
+            nll = continuation_nll(model, record.state.keep(keep), continuation)
+            nll_rows.append({"budget_frac": frac, "policy": name, "kept": int(keep.numel()), "nll": float(nll.mean())})
+        if "attention" in kept:
+            ref = set(kept["attention"][middle[kept["attention"]]].tolist())
+            for name, keep in kept.items():
+                if name != "attention" and ref:
+                    mine = set(keep[middle[keep]].tolist())
+                    overlap_rows.append({"budget_frac": frac, "policy": name, "overlap": len(mine & ref) / len(ref)})
+    n_chunks = record.chunk_drift.numel()
+    chunk_mass = torch.zeros(n_chunks).index_add_(0, record.entries.chunk_ids, mass)
+    chunks = pd.DataFrame({"chunk": np.arange(n_chunks), "drift": record.chunk_drift.numpy(),
+                           "attention_mass": chunk_mass.numpy()})
+    return {"nll": nll_rows, "overlap": overlap_rows, "chunks": chunks}
+
+
+def sample_streams(ids: torch.Tensor, n: int, length: int, seed: int) -> list[torch.Tensor]:
+    """``n`` windows of ``length`` tokens at uniform random starts of the token stream ``ids`` (seeded)."""
+    if ids.numel() <= length:
+        raise ValueError(f"the split has {ids.numel()} tokens, fewer than one stream of {length}")
+    gen = torch.Generator().manual_seed(seed)
+    starts = torch.randint(0, ids.numel() - length, (n,), generator=gen)
+    return [ids[s:s + length] for s in starts.tolist()]
+
+
+def budget_grid(model: HybridForCausalLM, ids: torch.Tensor, seeds, *, n_streams: int, prefix_tokens: int,
+                continuation_tokens: int, chunk_tokens: int, budget_fractions, policies, n_sinks: int,
+                n_recent: int, buckets: int = 4, retention: str = "bucketed", drift_norm: str = "relative",
+                progress: bool = True) -> dict:
+    """:func:`stream_budget_rows` over ``n_streams`` streams per seed (seed ``s``'s streams are drawn with generator
+    seed ``s``). Returns frames ``nll`` and ``overlap`` (columns seed, stream, ...) and ``chunks`` (seed, stream,
+    chunk, drift, attention_mass). Every budget must leave room beyond the sinks and the recent window."""
+    check_budgets(budget_fractions, prefix_tokens, n_sinks, n_recent)
+    out = {"nll": [], "overlap": [], "chunks": []}
+    jobs = [(s, i, w) for s in seeds
+            for i, w in enumerate(sample_streams(ids, n_streams, prefix_tokens + continuation_tokens + 1, s))]
+    for seed, i, window in tqdm(jobs, desc="LM streams", disable=not progress):
+        res = stream_budget_rows(model, window, prefix_tokens, chunk_tokens, budget_fractions, policies,
+                                 n_sinks=n_sinks, n_recent=n_recent, buckets=buckets, retention=retention,
+                                 drift_norm=drift_norm, random_seed=1000 * seed + i)
+        out["nll"] += [{"seed": seed, "stream": i, **r} for r in res["nll"]]
+        out["overlap"] += [{"seed": seed, "stream": i, **r} for r in res["overlap"]]
+        out["chunks"].append(res["chunks"].assign(seed=seed, stream=i))
+    return {"nll": pd.DataFrame(out["nll"]), "overlap": pd.DataFrame(out["overlap"]),
+            "chunks": pd.concat(out["chunks"], ignore_index=True)}

@@ -1,0 +1,153 @@
+"""The hybrid gated-DeltaNet + attention LM: shapes, causality, chunked streaming equals one pass, KV eviction keeps
+positions, Hugging Face save/load; the training loop lowers the loss; the NLL-under-budget evaluator."""
+
+import numpy as np
+import pytest
+import torch
+
+from agentpost.deltas.hybrid import HybridConfig, HybridForCausalLM, load_hybrid
+from agentpost.deltas.stream import budget_grid, continuation_nll, read_prefix, stream_budget_rows
+from agentpost.deltas.train_hybrid import Hyper, train, unigram_ppl
+
+TINY = dict(vocab_size=50, hidden_size=16, intermediate_size=24, linear_num_heads=2, linear_head_dim=8,
+            num_attention_heads=2, head_dim=8, chunk_size=4,
+            layer_types=["linear_attention", "full_attention", "linear_attention", "full_attention"])
+
+
+def tiny_model(seed=0):
+    torch.manual_seed(seed)
+    return HybridForCausalLM(HybridConfig(**TINY)).eval()
+
+
+def test_logits_shape_and_bad_layer_type():
+    ids = torch.randint(0, 50, (2, 11))
+    assert tiny_model()(ids).logits.shape == (2, 11, 50)
+    with pytest.raises(ValueError, match="layer_types"):
+        HybridConfig(layer_types=["linear_attention", "mamba"])
+
+
+def test_causal_a_later_token_does_not_change_earlier_logits():
+    model = tiny_model()
+    ids = torch.randint(0, 50, (1, 13))
+    changed = ids.clone()
+    changed[0, 9:] = (changed[0, 9:] + 7) % 50
+    with torch.no_grad():
+        a, b = model(ids).logits, model(changed).logits
+    torch.testing.assert_close(a[:, :9], b[:, :9], rtol=0, atol=1e-5)
+    assert (a[:, 9:] - b[:, 9:]).abs().max() > 1e-3
+
+
+def test_chunked_streaming_with_state_carry_equals_one_pass():
+    model = tiny_model()
+    ids = torch.randint(0, 50, (1, 19))
+    with torch.no_grad():
+        whole = model(ids).logits
+        state, parts = None, []
+        for c0 in (0, 5, 6, 13):  # uneven chunks, none aligned with the delta rule's chunk_size
+            end = {0: 5, 5: 6, 6: 13, 13: 19}[c0]
+            out = model(ids[:, c0:end], state=state)
+            parts.append(out.logits)
+            state = out.state
+    torch.testing.assert_close(torch.cat(parts, 1), whole, rtol=1e-4, atol=1e-5)
+    assert state.next_position == 19
+
+
+def test_keeping_every_kv_entry_equals_the_full_cache_exactly():
+    model = tiny_model()
+    ids = torch.randint(0, 50, (21,))
+    record = read_prefix(model, ids[:16], chunk_tokens=4)
+    full = continuation_nll(model, record.state, ids[16:])
+    kept_all = continuation_nll(model, record.state.keep(torch.arange(16)), ids[16:])
+    assert torch.equal(full, kept_all)
+
+
+def test_eviction_keeps_original_positions_and_equals_masking_the_evicted_keys():
+    model = tiny_model()
+    ids = torch.randint(0, 50, (1, 14))
+    with torch.no_grad():
+        state = model(ids[:, :10]).state
+        keep = torch.tensor([0, 1, 4, 8, 9])
+        pruned = state.keep(keep)
+        assert [c.positions.tolist() for c in pruned.attention_caches()] == [[0, 1, 4, 8, 9]] * 2
+        assert pruned.next_position == 10
+        evicted = model(ids[:, 10:], state=pruned)
+        assert evicted.state.attention_caches()[0].positions.tolist() == [0, 1, 4, 8, 9, 10, 11, 12, 13]
+        # the same result by hand: full cache, evicted keys pushed to -inf through their positions
+        ref_state = state.keep(torch.arange(10))
+        for c in ref_state.attention_caches():
+            c.positions = torch.where(torch.isin(torch.arange(10), keep), c.positions, torch.tensor(10**9))
+        torch.testing.assert_close(model(ids[:, 10:], state=ref_state).logits, evicted.logits, rtol=0, atol=1e-6)
+        assert (model(ids[:, 10:], state=state).logits - evicted.logits).abs().max() > 1e-4
+
+
+def test_save_pretrained_round_trip(tmp_path):
+    model = tiny_model()
+    model.save_pretrained(tmp_path)
+    assert (tmp_path / "model.safetensors").is_file()
+    loaded = load_hybrid(tmp_path)
+    ids = torch.randint(0, 50, (1, 9))
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(ids).logits, model(ids).logits, rtol=0, atol=0)
+    with pytest.raises(FileNotFoundError, match="train_hybrid"):
+        load_hybrid(tmp_path / "missing")
+
+
+def test_training_a_few_steps_lowers_the_loss():
+    rng = np.random.default_rng(0)
+    pattern = rng.integers(0, 50, 7)
+    stream = np.tile(pattern, 200)  # a periodic stream: learnable in a few steps
+    wiki = {"train": stream, "validation": stream[:200], "test": stream[:200]}
+    hp = Hyper(steps=30, batch=4, seq_len=24, lr=1e-2, warmup_steps=3, eval_len=32, log_every=100)
+    model, receipt = train(hp, HybridConfig(**TINY), wiki=wiki, log=lambda *_: None)
+    assert receipt["final_loss"] < receipt["first_loss"] - 1.0
+    assert receipt["evaluation"]["validation"]["token_ppl"] < receipt["evaluation"]["unigram_validation_token_ppl"]
+
+
+def test_unigram_ppl_hand_example():
+    # counts + 1 over vocab 3: token 0 -> 3/6, token 1 -> 2/6, token 2 -> 1/6; ppl of [0, 1] = (1/2 * 1/3)^(-1/2)
+    assert unigram_ppl(np.array([0, 0, 1]), np.array([0, 1]), 3) == pytest.approx(6 ** 0.5)
+
+
+def test_budget_evaluator_rows_and_full_budget_matches_the_ceiling():
+    model = tiny_model()
+    ids = torch.randint(0, 50, (29,))
+    res = stream_budget_rows(model, ids, prefix_tokens=20, chunk_tokens=4, budget_fractions=[0.5, 1.0],
+                             policies=["drift", "recency", "random", "key_norm", "attention"], n_sinks=2, n_recent=4)
+    nll = {(r["budget_frac"], r["policy"]): r for r in res["nll"]}
+    assert nll[(1.0, "full")]["kept"] == 20
+    for p in ("drift", "recency", "random", "key_norm", "attention"):
+        assert nll[(0.5, p)]["kept"] == 10
+        assert nll[(1.0, p)]["nll"] == nll[(1.0, "full")]["nll"]  # budget 100% keeps everything
+    # recency at 50% keeps sinks 0, 1 and the newest 8 entries: the same as evicting them by hand
+    record = read_prefix(model, ids[:20], chunk_tokens=4)
+    by_hand = continuation_nll(model, record.state.keep(torch.tensor([0, 1] + list(range(12, 20)))), ids[20:])
+    assert nll[(0.5, "recency")]["nll"] == pytest.approx(float(by_hand.mean()), abs=1e-6)
+    over = {(r["budget_frac"], r["policy"]): r["overlap"] for r in res["overlap"]}
+    assert over[(1.0, "drift")] == 1.0 and 0.0 <= over[(0.5, "random")] <= 1.0
+    assert res["chunks"].shape[0] == 5 and 0 < res["chunks"].attention_mass.sum() < 1  # the rest is on the continuation
+
+
+def test_chunk_drift_is_the_mean_relative_state_change():
+    model = tiny_model()
+    ids = torch.randint(0, 50, (12,))
+    record = read_prefix(model, ids, chunk_tokens=4)
+    with torch.no_grad():
+        s4 = model(ids[None, :4]).state
+        s8 = model(ids[None, 4:8], state=s4).state
+    by_hand = np.mean([float(((b.S - a.S).norm(dim=(-2, -1)) / (a.S.norm(dim=(-2, -1)) + 1e-6)).mean())
+                       for a, b in zip([l for l in s4.layers if hasattr(l, "S")], [l for l in s8.layers if hasattr(l, "S")])])
+    assert float(record.chunk_drift[1]) == pytest.approx(by_hand, rel=1e-5)
+    assert torch.equal(record.entries.drift, record.chunk_drift[torch.arange(12) // 4])
+
+
+def test_budget_grid_frames_and_bad_input():
+    model = tiny_model()
+    ids = torch.randint(0, 50, (200,))
+    grid = budget_grid(model, ids, seeds=[1, 2], n_streams=2, prefix_tokens=12, continuation_tokens=4, chunk_tokens=4,
+                       budget_fractions=[0.5], policies=["drift", "attention"], n_sinks=1, n_recent=2, progress=False)
+    assert set(grid["nll"].seed) == {1, 2} and len(grid["nll"]) == 2 * 2 * 3
+    with pytest.raises(ValueError, match="leaves nothing to choose"):
+        budget_grid(model, ids, seeds=[1], n_streams=1, prefix_tokens=12, continuation_tokens=4, chunk_tokens=4,
+                    budget_fractions=[0.25], policies=["drift"], n_sinks=1, n_recent=2, progress=False)
+    with pytest.raises(ValueError, match="prefix_tokens"):
+        stream_budget_rows(model, ids[:5], 12, 4, [0.5], ["drift"], n_sinks=1, n_recent=2)
