@@ -7,12 +7,13 @@ JOBS   ?= 2
 
 .PHONY: book test test-fast lab bench lint ledger clean-runs
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml Makefile
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	# Keep an installed torch (e.g. a CUDA build); otherwise take the pinned release.
 	$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/python -m pip install -q torch==2.13.0
-	$(BIN)/python -m pip install -q -e '.[dev,minihack]'
+	# ray and slurm (submitit): the scale-out backends, tested in tests/e2e/test_backends.py (~30 s, ~300 MB more)
+	$(BIN)/python -m pip install -q -e '.[dev,minihack,ray,slurm]'
 	@touch $@
 
 book: $(STAMP)

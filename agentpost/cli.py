@@ -56,9 +56,10 @@ def _cmd_run(args) -> int:
     from agentpost.run.batch import BatchInterrupted, run_batch, summary_table
     from agentpost.run.params import plan_runs
 
+    backend = _backend(args)
     specs = plan_runs(args.chapters, args.profile, seeds=args.seeds, overrides=args.param)
     try:
-        results = run_batch(specs, jobs=args.jobs, backend=args.backend, force=args.force)
+        results = run_batch(specs, jobs=args.jobs, backend=backend, force=args.force)
     except BatchInterrupted as stop:
         if stop.finished:
             print(summary_table(stop.finished))
@@ -133,7 +134,7 @@ def _cmd_book(args) -> int:
     status = 0
     if started and not args.skip_runs:
         status = _cmd_run(argparse.Namespace(chapters=started, profile="smoke", seeds=None, param=[], jobs=args.jobs,
-                                             backend=args.backend, force=False))
+                                             force=False, **{k: getattr(args, k) for k in BACKEND_OPTIONS}))
     report = args.claims_report or _claim_tests(project_root())
     _cmd_ledger(argparse.Namespace(claims_report=report))
     root = project_root()
@@ -171,6 +172,27 @@ class _Formatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaults
         return super()._get_help_string(action)
 
 
+# ---------------------------------------------------------------- backend options (agentpost.run.backends)
+BACKEND_OPTIONS = ("backend", "address", "partition", "time")
+
+
+def _add_backend_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--backend", default="local", choices=("local", "ray", "slurm"),
+                        help="where runs execute: processes on this machine (local, --jobs at a time), a Ray cluster "
+                             "(ray), a Slurm job array (slurm)")
+    parser.add_argument("--address", default=None, metavar="ADDRESS",
+                        help="ray: the cluster, auto, ray://HOST:PORT or HOST:PORT (default: start one on this machine)")
+    parser.add_argument("--partition", default=None, help="slurm: the partition (default: the cluster's)")
+    parser.add_argument("--time", type=int, default=None, metavar="MINUTES",
+                        help="slurm: time limit per run in minutes (default: 60)")
+
+
+def _backend(args):
+    from agentpost.run.backends import make_backend
+
+    return make_backend(args.backend, address=args.address, partition=args.partition, minutes=args.time)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="agentpost", formatter_class=_Formatter, epilog=EPILOG,
@@ -196,8 +218,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("-p", "--param", action="append", default=[], metavar="KEY=VALUE",
                      help="override one parameter (VALUE parsed as YAML: 3, 0.5, true, [1, 2], text); repeatable. "
                           "A run with overrides is ad-hoc: kept apart, never a profile's evidence")
-    run.add_argument("--jobs", type=int, default=1, help="runs executed at the same time")
-    run.add_argument("--backend", default="local", help="where runs execute (local: processes on this machine)")
+    run.add_argument("--jobs", type=int, default=1, help="runs executed at the same time (local backend)")
+    _add_backend_options(run)
     run.add_argument("--force", action="store_true", help="re-run even when a cached successful run exists")
 
     val = command("validate", _cmd_validate, "recompute receipt hashes and apply the GPU-evidence rules")
@@ -209,8 +231,8 @@ def build_parser() -> argparse.ArgumentParser:
                      help="outcomes of claim tests, as the test run wrote them (default: _build/claims-report.json)")
 
     book = command("book", _cmd_book, "run smoke profiles (cached), regenerate the ledger, build the book")
-    book.add_argument("--jobs", type=int, default=2, help="runs executed at the same time")
-    book.add_argument("--backend", default="local", help="where runs execute (local: processes on this machine)")
+    book.add_argument("--jobs", type=int, default=2, help="runs executed at the same time (local backend)")
+    _add_backend_options(book)
     book.add_argument("--skip-runs", action="store_true", help="build from the runs already recorded")
     book.add_argument("--claims-report", default=None, help="outcomes of claim tests (default: run them now)")
 

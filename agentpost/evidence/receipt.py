@@ -9,6 +9,10 @@ folder lives under :func:`runs_root`. ``run.execute`` fills it; ``validate``, ``
 
 A run made with ``-p`` overrides is an *ad-hoc* run: ``kind = "ad-hoc"``, its own folder
 (``<chapter>/<profile>/ad-hoc/``) and its own run key, so it never counts as the profile's evidence.
+
+Schema versions: 3 (written now) adds ``backend``, where the run executed (:data:`BACKEND_NAMES`); it is not part of
+the run key, so a run is the same evidence whatever executed it. Version 2 receipts (no ``backend``) still read and
+validate as they did (:data:`MODELS`).
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from pydantic import BaseModel, ConfigDict
 from agentpost.evidence.hashing import notebook_source_hash, sha256_file, sha256_json, sha256_tree
 from agentpost.project import project_root
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 RECEIPT_NAME = "receipt.json"
 NOTEBOOK_NAME = "notebook.ipynb"
 #: The runs root, relative to the project root (the one place it is named).
@@ -35,6 +39,9 @@ ADHOC_DIR = "ad-hoc"
 CODE_PATTERNS = ("agentpost/**/*.py", "agentpost/*/assets/**/*", "kernels/**/*.py", "pyproject.toml")
 
 Kind = Literal["profile", "ad-hoc"]
+#: Where a run can execute (agentpost.run.backends); ``submitit-local`` is submitit's local executor (no Slurm).
+BACKEND_NAMES = ("local", "ray", "slurm", "submitit-local")
+Backend = Literal[BACKEND_NAMES]
 
 
 class _Strict(BaseModel):
@@ -65,8 +72,8 @@ class PeakMemory(_Strict):
     host_rss_bytes: int
 
 
-class Receipt(_Strict):
-    """One run: a chapter notebook executed by papermill at one profile (plus overrides) and one seed."""
+class ReceiptV2(_Strict):
+    """Schema version 2: one run, before receipts named their backend (read, never written)."""
 
     schema_version: Literal[2]
     chapter: str
@@ -88,6 +95,17 @@ class Receipt(_Strict):
 
     def as_dict(self) -> dict:
         return self.model_dump(mode="json")
+
+
+class Receipt(ReceiptV2):
+    """One run: a chapter notebook executed by papermill at one profile (plus overrides) and one seed."""
+
+    schema_version: Literal[3]
+    backend: Backend  # where it executed; not part of the run key
+
+
+#: The model of each schema version that still reads.
+MODELS: dict[int, type[ReceiptV2]] = {2: ReceiptV2, 3: Receipt}
 
 
 def json_schema() -> dict:

@@ -84,11 +84,13 @@ def check_run(run_dir: Path) -> Report:
     if not isinstance(raw, dict):
         bad(rc.RECEIPT_NAME, "not a JSON object")
         return report
-    if raw.get("schema_version") != rc.SCHEMA_VERSION:
-        bad("schema_version", f"{raw.get('schema_version')!r} is not {rc.SCHEMA_VERSION}; re-run to get a current receipt")
+    version = raw.get("schema_version")
+    model = rc.MODELS.get(version) if isinstance(version, int) else None
+    if model is None:
+        bad("schema_version", f"{version!r} is not one of {sorted(rc.MODELS)}; re-run to get a current receipt")
         return report
     try:
-        rc.Receipt.model_validate(raw)
+        model.model_validate(raw)
     except ValidationError as err:
         for e in err.errors():
             bad(".".join(map(str, e["loc"])) or "receipt", e["msg"])

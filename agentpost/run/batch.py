@@ -6,14 +6,13 @@ reports them). Ctrl-C stops the batch: :class:`BatchInterrupted` carries the run
 
 from __future__ import annotations
 
-import inspect
 import sys
 from contextlib import closing
 
 from tqdm.auto import tqdm
 
 from agentpost.errors import UsageError
-from agentpost.run.backends import get_backend
+from agentpost.run.backends import Backend, get_backend
 from agentpost.run.cache import cached_result
 from agentpost.run.execute import RunResult, clear_interrupted
 from agentpost.run.params import RunSpec
@@ -44,10 +43,11 @@ def check_writable(specs: list[RunSpec]) -> None:
             raise UsageError(f"cannot write runs to {parent}: not writable")
 
 
-def run_batch(specs: list[RunSpec], *, jobs: int = 1, backend: str = "local", force: bool = False,
+def run_batch(specs: list[RunSpec], *, jobs: int = 1, backend: str | Backend = "local", force: bool = False,
               stream=sys.stderr) -> list[RunResult]:
-    """Execute ``specs`` (runs with the same key that succeeded and validate are reused without starting a
-    process); returns results in spec order."""
+    """Execute ``specs`` through ``backend`` (a name, or one made by :func:`agentpost.run.backends.make_backend`);
+    runs with the same key that succeeded and validate are reused without starting a process. Returns results in
+    spec order."""
     if jobs < 1:
         raise UsageError(f"--jobs must be >= 1, got {jobs}")
     chosen = get_backend(backend)
@@ -69,8 +69,7 @@ def run_batch(specs: list[RunSpec], *, jobs: int = 1, backend: str = "local", fo
             bar.set_postfix_str(", ".join(cells.values()))
 
         try:
-            optional = {"progress": progress} if "progress" in inspect.signature(chosen.submit).parameters else {}
-            submitted = chosen.submit(todo, jobs=min(jobs, max(len(todo), 1)), **optional)
+            submitted = chosen.submit(todo, jobs=min(jobs, max(len(todo), 1)), progress=progress)
             with closing(submitted) as finishing:
                 for result in finishing:
                     results[(result.spec.chapter, result.spec.profile, result.spec.seed)] = result

@@ -1,7 +1,11 @@
-"""Execute one run: papermill into a temporary folder, desensitize, receipt, then rename into place.
+"""Execute one run: papermill into a scratch folder, desensitize, receipt (:func:`produce`); then write both files
+into a temporary folder under the runs root and rename it into place (:func:`commit`).
 
 The spec arrives with its input hashes and run key (computed once by :func:`agentpost.run.params.plan_runs`);
 the worker only adds what the execution produces: the output notebook, its hash, the environment and the metrics.
+Producing and committing are apart so that a backend whose workers do not share the runs root (Ray, Slurm) ships
+the produced run back and the driver commits it: the same bytes, through the same rename, whatever the backend
+(the local backend produces and commits in each run's own process).
 
 :func:`execute_papermill` is the one call into papermill (runs and ``agentpost refresh``): its kernel talks over
 IPC sockets rather than unencrypted local TCP (ipykernel warns about the latter on every start), and it reports
@@ -19,7 +23,6 @@ import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-
 from typing import Callable
 
 import nbformat
@@ -95,39 +98,53 @@ def execute_papermill(source: Path, output: Path, *, parameters: dict | None = N
         )
 
 
-def execute(spec: RunSpec, progress: CellCallback | None = None) -> RunResult:
-    """Run ``spec`` (the caller decides about the cache) and write its folder with notebook and receipt.
+@dataclass
+class RunOutput:
+    """What executing a run produces, before anything is written under the runs root: the executed notebook's
+    text and the sealed receipt's. Small and picklable, so a Ray task or a Slurm job returns it to the driver."""
 
-    On ``KeyboardInterrupt`` (the backend's stop) the temporary folder is removed before re-raising."""
+    spec: RunSpec
+    notebook_text: str
+    receipt_text: str
+    wall_s: float
+    error: str | None = None
+
+
+class InputsDiffer(RuntimeError):
+    """A remote worker's checkout is not the one the run was planned in (its receipt would name the wrong inputs)."""
+
+
+def produce(spec: RunSpec, backend: str = "local", *, check_inputs: bool = False,
+            on_cell: CellCallback | None = None) -> RunOutput:
+    """Execute ``spec`` by :func:`execute_papermill` in a scratch folder of this machine and return the notebook
+    and receipt; ``on_cell`` is told each cell executed.
+
+    ``backend`` is recorded in the receipt. With ``check_inputs`` (a worker on another machine), the worker first
+    hashes its own notebook, code and data and refuses to run when they differ from the planned run's. The scratch
+    folder goes whatever happens (a stopped run leaves nothing behind)."""
     if not spec.run_key:
         raise ValueError("execute: the spec has no run key; plan it with agentpost.run.params.plan_runs")
     chapter = get_chapter(spec.chapter)
-    final = spec.folder
-    tmp = final.with_name(f".tmp-{final.name}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    try:
-        return _execute_into(spec, chapter, tmp, final, progress)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-
-
-def _execute_into(spec: RunSpec, chapter, tmp: Path, final: Path, progress: CellCallback | None) -> RunResult:
-    out_nb = tmp / rc.NOTEBOOK_NAME
-    started = datetime.now(timezone.utc)
-    t0 = time.perf_counter()
-    error = None
-    try:
-        execute_papermill(chapter.notebook, out_nb, parameters=spec.notebook_parameters(), timeout_s=spec.timeout_s,
-                          on_cell=progress)
-    except PapermillExecutionError as err:
-        error = {"cell_index": err.cell_index, "ename": err.ename, "evalue": desensitize_text(str(err.evalue))[:2000]}
-    wall = time.perf_counter() - t0
-    ended = datetime.now(timezone.utc)
-    nb = sanitize_notebook(nbformat.read(out_nb, as_version=4))
+    if check_inputs:
+        here = rc.input_hashes(rc.source_notebook(spec.chapter), spec.parameters, chapter.datasets)
+        differ = sorted(k for k in here if here[k] != spec.hashes.get(k))
+        if differ:
+            raise InputsDiffer(f"{spec.chapter} seed {spec.seed}: this worker's {', '.join(differ)} differ from the "
+                               "planned run's; run the same checkout and data on every node")
+    with tempfile.TemporaryDirectory(prefix="agentpost-run-") as scratch:
+        out_nb = Path(scratch) / rc.NOTEBOOK_NAME
+        started = datetime.now(timezone.utc)
+        t0 = time.perf_counter()
+        error = None
+        try:
+            execute_papermill(chapter.notebook, out_nb, parameters=spec.notebook_parameters(),
+                              timeout_s=spec.timeout_s, on_cell=on_cell)
+        except PapermillExecutionError as err:
+            error = {"cell_index": err.cell_index, "ename": err.ename, "evalue": desensitize_text(str(err.evalue))[:2000]}
+        wall = time.perf_counter() - t0
+        ended = datetime.now(timezone.utc)
+        nb = sanitize_notebook(nbformat.read(out_nb, as_version=4))
     nb_text = nbformat.writes(nbformat.from_dict(nb)) + "\n"
-    rc.write_atomic(out_nb, nb_text)
     receipt = rc.build(
         chapter=spec.chapter, profile=spec.profile, kind=spec.kind, seed=spec.seed,
         status="failed" if error else "ok", run_key=spec.run_key, error=error, overrides=spec.overrides,
@@ -137,15 +154,36 @@ def _execute_into(spec: RunSpec, chapter, tmp: Path, final: Path, progress: Cell
         timing={"start": started.isoformat(timespec="seconds"),
                 "end": ended.isoformat(timespec="seconds"), "wall_s": round(wall, 2)},
         peak_memory={"host_rss_bytes": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024},
-        metrics=read_scraps(nb),
+        metrics=read_scraps(nb), backend=backend,
     )
-    rc.write_atomic(tmp / rc.RECEIPT_NAME, rc.dump(receipt))
-    if final.exists():
-        shutil.rmtree(final)
-    tmp.rename(final)
-    rel = final.relative_to(project_root()).as_posix()
     message = f"cell {error['cell_index']}: {error['ename']}: {error['evalue'][:200]}" if error else None
-    return RunResult(spec, receipt.status, rel, wall, message, len(receipt.metrics))
+    return RunOutput(spec, nb_text, rc.dump(receipt), wall, message)
+
+
+def commit(output: RunOutput) -> RunResult:
+    """Write a produced run into its folder: both files into ``.tmp-<name>``, then one rename into place (so a
+    reader never sees half a run). Every backend commits through here, on the machine that holds the runs root."""
+    final = output.spec.folder
+    tmp = final.with_name(f".tmp-{final.name}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    try:
+        rc.write_atomic(tmp / rc.NOTEBOOK_NAME, output.notebook_text)
+        rc.write_atomic(tmp / rc.RECEIPT_NAME, output.receipt_text)
+        if final.exists():
+            shutil.rmtree(final)
+        tmp.rename(final)
+    except BaseException:  # a stop (SIGTERM) mid-write leaves no temporary folder
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    receipt = json.loads(output.receipt_text)
+    rel = final.relative_to(project_root()).as_posix()
+    return RunResult(output.spec, receipt["status"], rel, output.wall_s, output.error, len(receipt["metrics"]))
+
+
+def execute(spec: RunSpec, progress: CellCallback | None = None) -> RunResult:
+    """Run ``spec`` on this machine (the caller decides about the cache) and write its folder."""
+    return commit(produce(spec, "local", on_cell=progress))
 
 
 def clear_interrupted(specs: list[RunSpec] | None = None) -> int:

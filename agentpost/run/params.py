@@ -14,6 +14,10 @@ non-integer seed list, a profile that is not a YAML mapping, a profile name that
 in ``params/<chapter>/``, a chapter named twice, an unreadable notebook, a missing data file or one that fails its
 SOURCE.md checksum — raises :class:`UsageError` (exit code 2) before a single run starts.
 
+Two optional keys say how a scale-out backend (Ray, Slurm) places each run; neither is part of the run key:
+``resources: {num_cpus: 1, num_gpus: 0.5}`` (per run; a fraction of a GPU below 1 packs runs on one GPU) and
+``max_retries: 1`` (how often a run whose process died is started again).
+
 Planning reads each chapter notebook once and hashes every input once; the run key travels to the worker in the
 :class:`RunSpec`, so the worker executes without hashing again.
 """
@@ -33,7 +37,10 @@ from agentpost.data.registry import DATASETS, DataChecksumError, DataMissingErro
 from agentpost.errors import UsageError
 from agentpost.evidence import receipt as rc
 
-PROFILE_KEYS = {"seeds", "parameters", "description", "timeout_s"}
+PROFILE_KEYS = {"seeds", "parameters", "description", "timeout_s", "resources", "max_retries"}
+#: Per-run resources a profile may ask for, and their defaults.
+RESOURCE_DEFAULTS = {"num_cpus": 1, "num_gpus": 0}
+DEFAULT_MAX_RETRIES = 1
 PROFILE_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]*$")
 #: Seeds numpy, torch and python's random all accept.
 SEED_RANGE = (0, 2**32 - 1)
@@ -58,6 +65,8 @@ class RunSpec:
     overrides: dict = field(default_factory=dict, hash=False)
     hashes: dict = field(default_factory=dict, hash=False)
     run_key: str = ""
+    resources: dict = field(default_factory=lambda: dict(RESOURCE_DEFAULTS), hash=False)
+    max_retries: int = DEFAULT_MAX_RETRIES
 
     @property
     def kind(self) -> str:
@@ -275,7 +284,33 @@ def load_profile(chapter: Chapter, profile: str) -> dict:
     timeout = raw.get("timeout_s")
     if timeout is not None and (not isinstance(timeout, int) or isinstance(timeout, bool) or timeout < 1):
         raise UsageError(f"{where}: `timeout_s:` must be a positive number of seconds (an integer), got {timeout!r}")
+    placement(raw, where)
     return raw
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def placement(raw: dict, source: str) -> tuple[dict, int]:
+    """A profile's per-run ``resources`` (defaults filled in) and ``max_retries``, checked."""
+    resources = raw.get("resources", {})
+    if not isinstance(resources, dict):
+        raise UsageError(f"{source}: resources must be a mapping like {{num_cpus: 1, num_gpus: 0.5}}, got {resources!r}")
+    unknown = sorted(set(resources) - set(RESOURCE_DEFAULTS))
+    if unknown:
+        raise UsageError(f"{source}: unknown resources {unknown} (allowed: {sorted(RESOURCE_DEFAULTS)})")
+    resources = {**RESOURCE_DEFAULTS, **resources}
+    cpus, gpus = resources["num_cpus"], resources["num_gpus"]
+    if not _number(cpus) or cpus <= 0:
+        raise UsageError(f"{source}: resources.num_cpus must be a number > 0, got {cpus!r}")
+    if not _number(gpus) or gpus < 0 or (gpus > 1 and gpus != int(gpus)):
+        raise UsageError(f"{source}: resources.num_gpus must be a whole number >= 0 or a fraction below 1 "
+                         f"(several runs share one GPU), got {gpus!r}")
+    retries = raw.get("max_retries", DEFAULT_MAX_RETRIES)
+    if not isinstance(retries, int) or isinstance(retries, bool) or not 0 <= retries <= 10:
+        raise UsageError(f"{source}: max_retries must be an integer from 0 to 10, got {retries!r}")
+    return resources, retries
 
 
 def parse_overrides(pairs: list[str]) -> dict:
@@ -368,7 +403,9 @@ def plan_runs(chapter_ids: list[str], profile: str, *, seeds: str | None = None,
         check_data(chapter)
         hashes = rc.input_hashes(notebook, parameters, chapter.datasets)
         kind = "ad-hoc" if extra else "profile"
+        resources, retries = placement(raw, f"params/{chapter_id}/{profile}.yaml")
         for seed in seed_list:
             key = rc.run_key(chapter_id, profile, kind, seed, hashes)
-            specs.append(RunSpec(chapter_id, profile, seed, parameters, raw.get("timeout_s"), dict(extra), hashes, key))
+            specs.append(RunSpec(chapter_id, profile, seed, parameters, raw.get("timeout_s"), dict(extra), hashes, key,
+                                 resources, retries))
     return specs

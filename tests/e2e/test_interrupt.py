@@ -1,5 +1,6 @@
 """Ctrl-C during a batch (issue 18): scheduling stops at once, the running run's kernel ends, no temporary
-folder is left, the finished runs stay intact and valid, and the command exits 130 with one line."""
+folder is left (neither the run's scratch folder nor a ``.tmp-`` one under the runs root), the finished runs stay
+intact and valid, and the command exits 130 with one line."""
 
 import os
 import signal
@@ -16,21 +17,29 @@ QUICK = {"seeds": [1, 2, 3], "parameters": {"train_fraction": 0.05, "n_boot": 50
                                             "bigram_k_grid": [0.01], "calibration_sets": 20, "calibration_boot": 20}}
 
 
+def _default_sigint() -> None:
+    """A terminal's foreground command gets Ctrl-C; a test run from a background job inherits SIGINT ignored."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_ctrl_c_stops_the_batch_and_cleans_up(tmp_path):
     project = make_project(tmp_path)
     (project / "params" / "paired-protocol" / "quick.yaml").write_text(yaml.safe_dump(QUICK))
-    env = {**os.environ, "AGENTPOST_ROOT": str(project), "AGENTPOST_DATA": str(DATA)}
+    scratch = tmp_path / "scratch"  # where runs execute before they are committed (agentpost.run.execute.produce)
+    scratch.mkdir()
+    env = {**os.environ, "AGENTPOST_ROOT": str(project), "AGENTPOST_DATA": str(DATA), "TMPDIR": str(scratch)}
     err_path = tmp_path / "stderr.txt"
     with open(err_path, "w") as err:
         proc = subprocess.Popen([sys.executable, "-m", "agentpost", "run", "paired-protocol", "--profile", "quick"],
                                 cwd=project, env=env, stdout=subprocess.PIPE, stderr=err, text=True,
-                                start_new_session=True)  # its own process group: the test plays the terminal
+                                start_new_session=True,  # its own process group: the test plays the terminal
+                                preexec_fn=_default_sigint)
         runs = project / "book" / "runs" / "paired-protocol" / "quick"
         deadline = time.monotonic() + 600
         while time.monotonic() < deadline and not (run_folders(runs) and "paired-protocol/2: cell" in err_path.read_text()):
             assert proc.poll() is None, err_path.read_text()
             time.sleep(0.5)
-        assert list(runs.glob(".tmp-seed-2-*")), "the second run should be executing"
+        assert list(scratch.glob("agentpost-run-*")), "the second run should be executing"
         os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in a terminal does: the whole foreground group
         out, _ = proc.communicate(timeout=120)
     stderr = err_path.read_text()
@@ -41,6 +50,7 @@ def test_ctrl_c_stops_the_batch_and_cleans_up(tmp_path):
                     "folders removed (Ctrl-C)"], stderr
     assert "seed-1-" in out and "seed-2-" not in out  # the summary of what finished
     assert not list((project / "book" / "runs").rglob(".tmp-*")), "no temporary folder may be left"
+    assert not list(scratch.iterdir()), "no scratch folder (run or kernel sockets) may be left"
     finished = run_folders(project)
     assert [f.name.split("-")[1] for f in finished] == ["1"]
     check = subprocess.run([sys.executable, "-m", "agentpost", "validate", str(finished[0])], cwd=project, env=env,

@@ -20,13 +20,13 @@ FIELDS = dict(chapter="kite", profile="smoke", kind="profile", seed=42, status="
 
 
 def test_receipt_is_typed_sealed_and_has_a_schema():
-    r = rc.build(**FIELDS)
+    r = rc.build(**FIELDS, backend="local")
     assert r.schema_version == rc.SCHEMA_VERSION and r.timing.wall_s == 10.0
     assert rc.seal(r.as_dict())["receipt_sha256"] == r.receipt_sha256  # the seal is over the JSON form
     with pytest.raises(ValidationError, match="seed"):
-        rc.build(**{**FIELDS, "seed": "42"})  # strict: no silent coercion
+        rc.build(**{**FIELDS, "seed": "42"}, backend="local")  # strict: no silent coercion
     with pytest.raises(ValidationError, match="surprise"):
-        rc.build(**FIELDS, surprise=1)
+        rc.build(**FIELDS, backend="local", surprise=1)
     schema = rc.json_schema()
     assert set(schema["required"]) == set(rc.Receipt.model_fields)
     assert schema["properties"]["kind"]["enum"] == ["profile", "ad-hoc"]
@@ -35,7 +35,7 @@ def test_receipt_is_typed_sealed_and_has_a_schema():
 
 
 def test_keys_follow_the_hashing_rules():
-    d = rc.build(**FIELDS).as_dict()
+    d = rc.build(**FIELDS, backend="local").as_dict()
     hashes = {"source_notebook": "s", "parameters": "p", "code_tree": "c", "data": {"w/t.txt": "d"}}
     assert rc.input_hashes_of(d) == hashes
     assert rc.run_key_of(d) == rc.run_key("kite", "smoke", "profile", 42, hashes)
