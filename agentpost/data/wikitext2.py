@@ -24,7 +24,8 @@ def _file(split: str) -> str:
 @functools.lru_cache(maxsize=None)
 def read_split(split: str) -> str:
     """The whole split as one string (its lines are read through ``datasets``, line breaks kept)."""
-    return "".join(local_rows("wikitext-2", _file(split), "text", keep_linebreaks=True)["text"])
+    lines = local_rows("wikitext-2", _file(split), "text", keep_linebreaks=True)
+    return "".join(lines.data.column("text").to_pylist())  # the Arrow column at once (row access is 20x slower)
 
 
 @functools.lru_cache(maxsize=None)
