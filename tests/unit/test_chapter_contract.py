@@ -38,3 +38,12 @@ def test_parameters_cell_defaults_equal_the_smoke_profile(chapter):
               if k not in defaults or k not in smoke or defaults[k] != smoke[k] or type(defaults[k]) is bool
               and type(smoke[k]) is not bool}
     assert not differ, f"{chapter.id}: notebook default vs params/{chapter.id}/smoke.yaml: {differ}"
+
+
+@pytest.mark.parametrize("chapter", STARTED, ids=lambda c: c.id)
+def test_committed_outputs_carry_no_widget_progress_warning(chapter):
+    """tqdm's "IProgress not found" notice would be published in the book; agentpost makes notebook bars plain text."""
+    nb = nbformat.read(chapter.notebook, as_version=4)
+    noisy = [i for i, cell in enumerate(nb.cells) if cell.cell_type == "code" for out in cell.get("outputs", [])
+             if "IProgress not found" in str(out.get("text", ""))]
+    assert not noisy, f"{chapter.id}: cells {noisy} publish tqdm's IProgress warning"
