@@ -31,7 +31,7 @@ import importlib.util, sys
 missing = [m for m in sys.argv[1:] if importlib.util.find_spec(m) is None]
 if missing:
     print(f"missing python packages {missing}: these scripts install nothing from the network; carry their wheels "
-          f"and pass WHEELS=<folder> (README, 'GPU profiles')", file=sys.stderr)
+          f"and pass WHEELS=<folder> (README, 'Running a GPU profile')", file=sys.stderr)
     sys.exit(2)
 PYEOF
 }

