@@ -1,17 +1,23 @@
 """The ``agentpost`` command line: list, run, validate, ledger, book, refresh.
 
-Exit codes: 0 success; 1 a run failed or a receipt does not validate; 2 bad input (nothing was written).
+Exit codes: 0 success; 1 a run failed or a receipt does not validate; 2 bad input (nothing was written);
+130 interrupted (Ctrl-C). No command shows a Python traceback (AGENTPOST_DEBUG=1 shows it for an unexpected
+error). Commands import what they need when they run, so ``agentpost --help`` starts fast.
 """
 
 from __future__ import annotations
 
 import argparse
-import shutil
-import subprocess
+import os
 import sys
 from pathlib import Path
 
 from agentpost.errors import UsageError
+
+EPILOG = """exit codes: 0 success; 1 a run failed or a receipt does not validate; 2 bad input (nothing was
+written); 130 interrupted.
+environment: AGENTPOST_ROOT (the checkout; default: found from the package), AGENTPOST_DATA (the data
+folder; default: ../shared/data next to the checkout)."""
 
 
 def _describe(runs) -> str:
@@ -47,11 +53,16 @@ def _cmd_list(args) -> int:
 
 
 def _cmd_run(args) -> int:
-    from agentpost.run.batch import run_batch, summary_table
+    from agentpost.run.batch import BatchInterrupted, run_batch, summary_table
     from agentpost.run.params import plan_runs
 
     specs = plan_runs(args.chapters, args.profile, seeds=args.seeds, overrides=args.param)
-    results = run_batch(specs, jobs=args.jobs, backend=args.backend, force=args.force)
+    try:
+        results = run_batch(specs, jobs=args.jobs, backend=args.backend, force=args.force)
+    except BatchInterrupted as stop:
+        if stop.finished:
+            print(summary_table(stop.finished))
+        raise
     print(summary_table(results))
     return 1 if any(r.status == "failed" for r in results) else 0
 
@@ -64,6 +75,11 @@ def _cmd_validate(args) -> int:
     paths = [Path(p) for p in args.paths] or [rc.runs_root()]
     if args.paths and any(not p.exists() for p in paths):
         raise UsageError(f"no such path: {', '.join(str(p) for p in paths if not p.exists())}")
+    if args.paths:
+        empty = [str(p) for p in paths if not rc.run_dirs(p)]
+        if empty:
+            raise UsageError(f"no run folder (a folder with {rc.RECEIPT_NAME} and {rc.NOTEBOOK_NAME}) in: {', '.join(empty)}"
+                             "; name a run folder or a folder of runs")
     reports = [check_run(d) for d in sorted({d for p in paths for d in rc.run_dirs(p)})]  # each run checked once
     problems = [p for r in reports for p in r.problems]
     for p in problems:
@@ -72,8 +88,8 @@ def _cmd_validate(args) -> int:
         if r.stale and not r.problems:
             print(f"STALE {r.path.as_posix()}: made with older code ({', '.join(r.stale)} differ from the repository's)")
     runs, _ = group_runs(reports)
-    for (chapter, profile), group in sorted(runs.items()):
-        if profile == "smoke":
+    for (chapter, profile), group in sorted(runs.items(), key=str):
+        if profile == "smoke" or not (isinstance(chapter, str) and isinstance(profile, str)):  # unreadable receipts
             continue
         reasons = gpu_evidence_problems([r.receipt for r in newest_configuration(group)])
         print(f"{chapter}/{profile}: " + ("counts as GPU evidence" if not reasons else "not GPU evidence: " + "; ".join(reasons)))
@@ -95,6 +111,8 @@ def _cmd_ledger(args) -> int:
 
 def _claim_tests(root: Path) -> Path:
     """Run the claim-marked unit and kernel tests; their claims plugin writes the report the ledger reads."""
+    import subprocess
+
     from agentpost.evidence.levels import CLAIMS_REPORT
 
     report = root / CLAIMS_REPORT
@@ -105,6 +123,9 @@ def _claim_tests(root: Path) -> Path:
 
 
 def _cmd_book(args) -> int:
+    import shutil
+    import subprocess
+
     from agentpost.catalogue import chapters
     from agentpost.project import project_root
 
@@ -126,57 +147,116 @@ def _cmd_book(args) -> int:
 
 
 def _cmd_refresh(args) -> int:
+    from papermill.exceptions import PapermillExecutionError
+
     from agentpost.run.refresh import refresh_notebook
 
     for chapter_id in args.chapters:
-        print(f"{chapter_id}: executed in {refresh_notebook(chapter_id):.1f} s; outputs committed in notebooks/{chapter_id}.ipynb")
+        try:
+            seconds = refresh_notebook(chapter_id)
+        except PapermillExecutionError as err:
+            print(f"agentpost: {chapter_id}: cell {err.cell_index} failed: {err.ename}: {str(err.evalue)[:300]}; "
+                  f"notebooks/{chapter_id}.ipynb is unchanged", file=sys.stderr)
+            return 1
+        print(f"{chapter_id}: executed in {seconds:.1f} s; outputs committed in notebooks/{chapter_id}.ipynb")
     return 0
 
 
+class _Formatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
+    """Descriptions as written (line breaks kept) and each option's default shown, where it has one."""
+
+    def _get_help_string(self, action):
+        if action.default in (None, False, []) or "default:" in (action.help or ""):
+            return action.help
+        return super()._get_help_string(action)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="agentpost", description=__doc__.splitlines()[0])
-    sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("list", help="chapters, profiles and their newest evidence").set_defaults(func=_cmd_list)
+    parser = argparse.ArgumentParser(
+        prog="agentpost", formatter_class=_Formatter, epilog=EPILOG,
+        description="Run, validate and publish the chapters of the agentpost book of evidence.")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    run = sub.add_parser("run", help="execute chapter notebooks through papermill, one process per (chapter, seed)")
-    run.add_argument("chapters", nargs="+")
-    run.add_argument("--profile", default="smoke")
-    run.add_argument("--seeds", default=None, help="comma-separated seeds; default: the profile's")
-    run.add_argument("-p", "--param", action="append", default=[], metavar="KEY=VALUE")
-    run.add_argument("--jobs", type=int, default=1)
-    run.add_argument("--backend", default="local")
+    def command(name: str, func, help: str, description: str | None = None) -> argparse.ArgumentParser:
+        cmd = sub.add_parser(name, help=help, description=description or help, formatter_class=_Formatter, epilog=EPILOG)
+        cmd.set_defaults(func=func)
+        return cmd
+
+    command("list", _cmd_list, "chapters, their profiles and their newest evidence")
+
+    run = command("run", _cmd_run, "execute chapter notebooks through papermill, one process per (chapter, seed)",
+                  "Execute chapter notebooks through papermill, one process per (chapter, seed), each into\n"
+                  "book/runs/<chapter>/<profile>/seed-<seed>-<key>/ with a receipt. Everything is checked before\n"
+                  "the first run starts (profile, parameters and their declared ranges, seeds, data checksums).\n"
+                  "A run with the same key that succeeded and validates is reused, not run again.")
+    run.add_argument("chapters", nargs="+", metavar="CHAPTER", help="chapter ids (see `agentpost list`)")
+    run.add_argument("--profile", default="smoke", help="parameter profile: params/<chapter>/<profile>.yaml")
+    run.add_argument("--seeds", default=None, metavar="S1,S2,...",
+                     help="comma-separated seeds, integers in 0..4294967295 (default: the profile's `seeds:`)")
+    run.add_argument("-p", "--param", action="append", default=[], metavar="KEY=VALUE",
+                     help="override one parameter (VALUE parsed as YAML: 3, 0.5, true, [1, 2], text); repeatable. "
+                          "A run with overrides is ad-hoc: kept apart, never a profile's evidence")
+    run.add_argument("--jobs", type=int, default=1, help="runs executed at the same time")
+    run.add_argument("--backend", default="local", help="where runs execute (local: processes on this machine)")
     run.add_argument("--force", action="store_true", help="re-run even when a cached successful run exists")
-    run.set_defaults(func=_cmd_run)
 
-    val = sub.add_parser("validate", help="recompute receipt hashes and apply the GPU-evidence rules")
-    val.add_argument("paths", nargs="*")
-    val.set_defaults(func=_cmd_validate)
+    val = command("validate", _cmd_validate, "recompute receipt hashes and apply the GPU-evidence rules")
+    val.add_argument("paths", nargs="*", metavar="PATH",
+                     help="run folders or folders of runs (default: every run under book/runs)")
 
-    led = sub.add_parser("ledger", help="regenerate the ledger, evidence pages and _toc.yml")
+    led = command("ledger", _cmd_ledger, "regenerate the ledger, evidence pages and _toc.yml")
     led.add_argument("--claims-report", default=None,
                      help="outcomes of claim tests, as the test run wrote them (default: _build/claims-report.json)")
-    led.set_defaults(func=_cmd_ledger)
 
-    book = sub.add_parser("book", help="run smoke profiles (cached), regenerate the ledger, build the book")
-    book.add_argument("--jobs", type=int, default=2)
-    book.add_argument("--backend", default="local")
-    book.add_argument("--skip-runs", action="store_true")
+    book = command("book", _cmd_book, "run smoke profiles (cached), regenerate the ledger, build the book")
+    book.add_argument("--jobs", type=int, default=2, help="runs executed at the same time")
+    book.add_argument("--backend", default="local", help="where runs execute (local: processes on this machine)")
+    book.add_argument("--skip-runs", action="store_true", help="build from the runs already recorded")
     book.add_argument("--claims-report", default=None, help="outcomes of claim tests (default: run them now)")
-    book.set_defaults(func=_cmd_book)
 
-    ref = sub.add_parser("refresh", help="re-execute notebooks in place with their default (smoke) parameters")
-    ref.add_argument("chapters", nargs="+")
-    ref.set_defaults(func=_cmd_refresh)
+    ref = command("refresh", _cmd_refresh, "re-execute notebooks in place with their default (smoke) parameters")
+    ref.add_argument("chapters", nargs="+", metavar="CHAPTER", help="chapter ids")
     return parser
 
 
+def check_environment() -> None:
+    """A root named by AGENTPOST_ROOT or AGENTPOST_DATA must exist: a typo never falls back silently."""
+    for name in ("AGENTPOST_ROOT", "AGENTPOST_DATA"):
+        value = os.environ.get(name)
+        if value and not Path(value).is_dir():
+            raise UsageError(f"{name}={value} is not a folder (unset it to use the default)")
+    root = os.environ.get("AGENTPOST_ROOT")
+    if root and not (Path(root) / "pyproject.toml").is_file():
+        raise UsageError(f"AGENTPOST_ROOT={root} is not an agentpost checkout (no pyproject.toml)")
+
+
 def main(argv: list[str] | None = None) -> int:
+    """Parse ``argv`` and run the command; every expected failure becomes one line on stderr and an exit code."""
+    from agentpost.project import skip_slow_optional_imports
+
+    skip_slow_optional_imports()
     args = build_parser().parse_args(argv)
     try:
-        return args.func(args)
+        check_environment()
+        code = args.func(args)
+        sys.stdout.flush()  # a closed pipe shows here, inside the handlers below, not at interpreter exit
+        return code
     except UsageError as err:
         print(f"agentpost: error: {err}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt as stop:
+        print(f"agentpost: {str(stop) or 'interrupted'} (Ctrl-C)", file=sys.stderr)
+        return 130
+    except BrokenPipeError:  # `agentpost list | head`: the reader left; stop quietly, as Unix tools do
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 141
+    except Exception as err:  # noqa: BLE001 - the promise: one line, never a traceback
+        if os.environ.get("AGENTPOST_DEBUG"):
+            raise
+        print(f"agentpost: unexpected error: {type(err).__name__}: {err} (AGENTPOST_DEBUG=1 shows the traceback)",
+              file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

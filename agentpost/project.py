@@ -4,8 +4,19 @@ from __future__ import annotations
 
 import functools
 import os
+import sys
 import tomllib
 from pathlib import Path
+
+
+def skip_slow_optional_imports() -> None:
+    """Mark ``rfc3987_syntax`` absent in this process, before anything imports nbformat.
+
+    nbformat imports jsonschema, which imports rfc3987-syntax when it is installed (jupyter-book's dependencies
+    install it) only to check the ``iri`` string format, which no notebook or receipt schema uses; it compiles an
+    Earley grammar at import, about 4 s on a laptop core. jsonschema then simply skips that one format checker.
+    Called by the command line and by each run's process; a library import of agentpost changes nothing."""
+    sys.modules.setdefault("rfc3987_syntax", None)
 
 
 @functools.lru_cache(maxsize=None)

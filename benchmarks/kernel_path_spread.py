@@ -24,10 +24,10 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import nbformat
-import papermill
 
 from agentpost.evidence.environment import device_info, package_versions
 from agentpost.evidence.recording import read_scraps
+from agentpost.run.execute import execute_papermill
 
 ROOT = Path(__file__).resolve().parents[1]
 SPREAD_DIR = ROOT / "book" / "spread"
@@ -68,8 +68,7 @@ def run_path(chapter: str, env: dict[str, str], workdir: Path) -> tuple[dict, fl
     out_nb = workdir / f"{chapter}.ipynb"
     t0 = time.perf_counter()
     try:
-        papermill.execute_notebook(str(ROOT / "notebooks" / f"{chapter}.ipynb"), str(out_nb), kernel_name="python3",
-                                   cwd=str(ROOT / "notebooks"), progress_bar=False)
+        execute_papermill(ROOT / "notebooks" / f"{chapter}.ipynb", out_nb)
     finally:
         for k, v in saved.items():
             if v is None:

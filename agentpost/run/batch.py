@@ -1,8 +1,14 @@
-"""Run a batch of specs through a backend with a progress bar and a summary table."""
+"""Run a batch of specs through a backend with a progress bar and a summary table.
+
+The bar counts finished runs; its postfix shows the cells executed of each running run (where the backend
+reports them). Ctrl-C stops the batch: :class:`BatchInterrupted` carries the runs that finished.
+"""
 
 from __future__ import annotations
 
+import inspect
 import sys
+from contextlib import closing
 
 from tqdm.auto import tqdm
 
@@ -11,6 +17,31 @@ from agentpost.run.backends import get_backend
 from agentpost.run.cache import cached_result
 from agentpost.run.execute import RunResult, clear_interrupted
 from agentpost.run.params import RunSpec
+
+
+class BatchInterrupted(KeyboardInterrupt):
+    """Ctrl-C during a batch: the backend ended its running runs; ``finished`` are the results known by then."""
+
+    def __init__(self, finished: list[RunResult], total: int):
+        super().__init__(f"interrupted: {len(finished)} of {total} run(s) finished; the others were stopped and "
+                         "their temporary folders removed")
+        self.finished, self.total = finished, total
+
+
+def check_writable(specs: list[RunSpec]) -> None:
+    """Every run folder's parent can be created and written, checked before any run starts."""
+    import os
+    import tempfile
+
+    for parent in sorted({s.folder.parent for s in specs}):
+        try:
+            parent.mkdir(parents=True, exist_ok=True)
+            with tempfile.TemporaryDirectory(prefix=".tmp-probe-", dir=parent):
+                pass
+        except OSError as err:
+            raise UsageError(f"cannot write runs to {err.filename or parent}: {err.strerror or err}") from None
+        if not os.access(parent, os.W_OK):
+            raise UsageError(f"cannot write runs to {parent}: not writable")
 
 
 def run_batch(specs: list[RunSpec], *, jobs: int = 1, backend: str = "local", force: bool = False,
@@ -29,11 +60,27 @@ def run_batch(specs: list[RunSpec], *, jobs: int = 1, backend: str = "local", fo
             results[(spec.chapter, spec.profile, spec.seed)] = hit
         else:
             todo.append(spec)
+    check_writable(todo)
+    cells: dict[RunSpec, str] = {}
     with tqdm(total=len(specs), initial=len(specs) - len(todo), desc="runs", unit="run", file=stream) as bar:
-        for result in chosen.submit(todo, jobs=min(jobs, max(len(todo), 1))):
-            results[(result.spec.chapter, result.spec.profile, result.spec.seed)] = result
-            bar.set_postfix_str(f"{result.spec.chapter}/{result.spec.seed}: {result.status}")
-            bar.update(1)
+
+        def progress(spec: RunSpec, done: int, total: int) -> None:
+            cells[spec] = f"{spec.chapter}/{spec.seed}: cell {done}/{total}"
+            bar.set_postfix_str(", ".join(cells.values()))
+
+        try:
+            optional = {"progress": progress} if "progress" in inspect.signature(chosen.submit).parameters else {}
+            submitted = chosen.submit(todo, jobs=min(jobs, max(len(todo), 1)), **optional)
+            with closing(submitted) as finishing:
+                for result in finishing:
+                    results[(result.spec.chapter, result.spec.profile, result.spec.seed)] = result
+                    cells.pop(result.spec, None)
+                    bar.set_postfix_str(", ".join([*cells.values(), f"{result.spec.chapter}/{result.spec.seed}: {result.status}"]))
+                    bar.update(1)
+        except KeyboardInterrupt:
+            clear_interrupted(todo)
+            raise BatchInterrupted([results[(s.chapter, s.profile, s.seed)] for s in specs
+                                    if (s.chapter, s.profile, s.seed) in results], len(specs)) from None
     return [results[(s.chapter, s.profile, s.seed)] for s in specs]
 
 

@@ -1,10 +1,18 @@
 """Parameter profiles and their checks, done before anything executes.
 
-A profile ``params/<chapter>/<profile>.yaml`` holds ``seeds`` and ``parameters``. Every parameter must exist in
-the notebook's cell tagged ``parameters`` and have the type of its default there (an int is accepted for a
-float). Any violation — unknown key, wrong type, empty seed list, a profile name that is not an identifier or not
-a file in ``params/<chapter>/``, a chapter named twice, a missing data file or one that fails its SOURCE.md checksum
-— raises :class:`UsageError` (exit code 2) before a single run starts.
+A profile ``params/<chapter>/<profile>.yaml`` is a YAML mapping with ``seeds``, ``parameters`` (a mapping), an
+optional ``description`` and ``timeout_s``. Every parameter must exist in the notebook's cell tagged ``parameters``,
+have the type of its default there (an int is accepted for a float; a list's elements the type of the default's
+elements) and lie in the range or among the choices its comment declares:
+
+* ``(range: LO..HI)``: inclusive bounds, either side may be omitted (``(range: 1..)``); for a list or a mapping
+  it applies to each element (value);
+* ``(choices: a | b | c)``: a string (or each string of a list) from a fixed set.
+
+Seeds are integers in :data:`SEED_RANGE`. Any violation — unknown key, wrong type, out-of-range value, an empty or
+non-integer seed list, a profile that is not a YAML mapping, a profile name that is not an identifier or not a file
+in ``params/<chapter>/``, a chapter named twice, an unreadable notebook, a missing data file or one that fails its
+SOURCE.md checksum — raises :class:`UsageError` (exit code 2) before a single run starts.
 
 Planning reads each chapter notebook once and hashes every input once; the run key travels to the worker in the
 :class:`RunSpec`, so the worker executes without hashing again.
@@ -18,7 +26,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import nbformat
 import yaml
 
 from agentpost.catalogue import Chapter, chapter as get_chapter
@@ -28,6 +35,10 @@ from agentpost.evidence import receipt as rc
 
 PROFILE_KEYS = {"seeds", "parameters", "description", "timeout_s"}
 PROFILE_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]*$")
+#: Seeds numpy, torch and python's random all accept.
+SEED_RANGE = (0, 2**32 - 1)
+_RANGE = re.compile(r"\(range:\s*(?P<low>[^()]*?)\s*\.\.\s*(?P<high>[^()]*?)\s*\)")
+_CHOICES = re.compile(r"\(choices:\s*(?P<choices>[^()]*?)\s*\)")
 
 __all__ = ["RunSpec", "UsageError", "plan_runs", "profile_parameters"]
 
@@ -70,36 +81,125 @@ def parameters_cell(nb) -> Any:
 def literal_assignments(source: str, where: str) -> dict[str, Any]:
     """``name = literal`` lines of a parameters (or papermill's injected-parameters) cell."""
     values: dict[str, Any] = {}
-    for node in ast.parse(source).body:
+    try:
+        body = ast.parse(source).body
+    except SyntaxError as err:
+        raise UsageError(f"{where}: the parameters cell is not valid Python (line {err.lineno}: {err.msg})") from None
+    for node in body:
         if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.value is not None:
-            values[node.target.id] = ast.literal_eval(node.value)
+            name = node.target.id
         elif isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
-            values[node.targets[0].id] = ast.literal_eval(node.value)
+            name = node.targets[0].id
         else:
             raise UsageError(f"{where}: the parameters cell may only hold `name = literal` lines")
+        try:
+            values[name] = ast.literal_eval(node.value)
+        except ValueError:
+            raise UsageError(f"{where}: parameter {name!r} = {ast.unparse(node.value)} is not a literal "
+                             "(write the value itself, e.g. 4000, not an expression)") from None
     return values
 
 
-def notebook_defaults(notebook: Path | Any) -> dict[str, Any]:
-    """Names and default values of the notebook's ``parameters`` cell (a path, or an already-read notebook)."""
-    name = notebook.name if isinstance(notebook, Path) else "notebook"
-    nb = nbformat.read(notebook, as_version=4) if isinstance(notebook, Path) else notebook
+def read_notebook(path: Path):
+    """A notebook file, or :class:`UsageError` naming it when it is missing, empty, truncated or not a notebook."""
+    import nbformat
+
+    try:
+        return nbformat.read(path, as_version=4)
+    except FileNotFoundError:
+        raise UsageError(f"{path.name}: no such notebook") from None
+    except Exception as err:  # noqa: BLE001 - nbformat raises JSON, Unicode and schema errors alike
+        raise UsageError(f"{path.name}: not a readable notebook ({type(err).__name__}: {str(err)[:200]})") from None
+
+
+@dataclass(frozen=True)
+class Declared:
+    """The values a parameter's comment declares: an inclusive range (either bound may be None) or string choices."""
+
+    low: float | None = None
+    high: float | None = None
+    choices: tuple[str, ...] | None = None
+
+    def __str__(self) -> str:
+        if self.choices is not None:
+            return "choices " + " | ".join(self.choices)
+        return f"range {'' if self.low is None else self.low}..{'' if self.high is None else self.high}"
+
+    def problem(self, value: Any) -> str | None:
+        """Why ``value`` (each element of a list, each value of a mapping) is outside the declaration, or None."""
+        items = list(value.values()) if isinstance(value, dict) else value if isinstance(value, list) else [value]
+        for item in items:
+            if self.choices is not None:
+                if not isinstance(item, str) or item not in self.choices:
+                    return f"{item!r} is not one of the {self}"
+            elif isinstance(item, (int, float)) and not isinstance(item, bool):
+                if (self.low is not None and item < self.low) or (self.high is not None and item > self.high):
+                    return f"{item!r} is outside its {self}"
+        return None
+
+
+def _bound(text: str, name: str) -> float | None:
+    if not text:
+        return None
+    try:
+        number = ast.literal_eval(text.replace("_", ""))
+    except (ValueError, SyntaxError):
+        number = None
+    if not isinstance(number, (int, float)) or isinstance(number, bool):
+        raise UsageError(f"parameter {name!r}: the bound {text!r} of its declared range is not a number")
+    return number
+
+
+def parse_declaration(comment: str, name: str = "?") -> Declared | None:
+    """``(range: LO..HI)`` and ``(choices: a | b)`` in a parameter's comment (None when it declares neither)."""
+    found_range, found_choices = _RANGE.search(comment), _CHOICES.search(comment)
+    if found_choices:
+        choices = tuple(c.strip() for c in found_choices["choices"].split("|") if c.strip())
+        return Declared(choices=choices)
+    if found_range:
+        return Declared(_bound(found_range["low"], name), _bound(found_range["high"], name))
+    written = [comment.find(tag) for tag in ("(range:", "(choices:") if tag in comment]
+    if written:
+        raise UsageError(f"parameter {name!r}: write its declaration as (range: LO..HI) or (choices: a | b), "
+                         f"not {comment[min(written):][:60]!r}")
+    return None
+
+
+def notebook_parameters(notebook: Path | Any, name: str | None = None) -> tuple[dict[str, Any], dict[str, Declared]]:
+    """Names and default values of the notebook's ``parameters`` cell (a path, or an already-read notebook named
+    ``name`` in messages), and the range or choices each parameter's comment declares."""
+    name = notebook.name if isinstance(notebook, Path) else name or "notebook"
+    nb = read_notebook(notebook) if isinstance(notebook, Path) else notebook
     try:
         cell = parameters_cell(nb)
     except UsageError as err:
         raise UsageError(f"{name}: {err}") from None
-    cells = [cell]
-    defaults = literal_assignments(cells[0].source, name)
+    defaults = literal_assignments(cell.source, name)
     from papermill.translators import PythonTranslator
 
-    seen_by_papermill = {p.name for p in PythonTranslator.inspect(cells[0])}
-    if seen_by_papermill != set(defaults):
-        raise UsageError(f"{name}: papermill cannot parse the parameters {sorted(set(defaults) - seen_by_papermill)}"
+    seen_by_papermill = {p.name: p.help for p in PythonTranslator.inspect(cell)}
+    if set(seen_by_papermill) != set(defaults):
+        raise UsageError(f"{name}: papermill cannot parse the parameters {sorted(set(defaults) - set(seen_by_papermill))}"
                          " (keep comments free of quotes and brackets)")
-    return defaults
+    declared = {}
+    for key, comment in seen_by_papermill.items():
+        try:
+            found = parse_declaration(comment, key)
+        except UsageError as err:
+            raise UsageError(f"{name}: {err}") from None
+        if found is not None:
+            declared[key] = found
+    return defaults, declared
+
+
+def notebook_defaults(notebook: Path | Any) -> dict[str, Any]:
+    """Names and default values of the notebook's ``parameters`` cell (a path, or an already-read notebook)."""
+    return notebook_parameters(notebook)[0]
 
 
 def _type_ok(value: Any, default: Any) -> bool:
+    """``value`` has the type of ``default`` (an int passes for a float; a list's elements must have the type of
+    the default's elements when those share one)."""
     if default is None:
         return True
     if isinstance(default, bool):
@@ -108,25 +208,42 @@ def _type_ok(value: Any, default: Any) -> bool:
         return isinstance(value, int) and not isinstance(value, bool)
     if isinstance(default, float):
         return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if isinstance(default, list) and isinstance(value, list) and default:
+        kinds = {type(d) for d in default}
+        return len(kinds) > 1 or all(_type_ok(v, default[0]) for v in value)
     return isinstance(value, type(default))
 
 
-def check_parameters(chapter: Chapter, parameters: dict, *, source: str, defaults: dict | None = None) -> dict:
-    """Check names and types against the notebook's defaults (read from it when not given); returns the
-    parameters with ints promoted to float where due."""
-    defaults = notebook_defaults(chapter.notebook) if defaults is None else defaults
+def _element_promoted(value: Any, default: Any) -> Any:
+    if isinstance(default, float):
+        return float(value)
+    if isinstance(default, list) and default and all(isinstance(d, float) for d in default):
+        return [float(v) for v in value]
+    return value
+
+
+def check_parameters(chapter: Chapter, parameters: dict, *, source: str, defaults: dict | None = None,
+                     declared: dict[str, Declared] | None = None) -> dict:
+    """Check names, types and declared ranges/choices against the notebook's parameters cell (read from it when
+    not given); returns the parameters with ints promoted to float where due."""
+    if defaults is None:
+        defaults, declared = notebook_parameters(chapter.notebook)
+    declared = declared or {}
+    known = ", ".join(sorted(k for k in defaults if k != "seed"))
     checked = {}
     for key, value in parameters.items():
         if key == "seed":
-            raise UsageError(f"{source}: 'seed' is set by the seed list, not as a parameter")
+            raise UsageError(f"{source}: 'seed' is set by the seed list (--seeds or the profile's `seeds:`), not as a parameter")
         if key not in defaults:
-            raise UsageError(f"{source}: unknown parameter {key!r} for {chapter.id} (known: {', '.join(sorted(defaults))})")
-        if not _type_ok(value, defaults[key]):
-            raise UsageError(
-                f"{source}: parameter {key!r} must be {type(defaults[key]).__name__} like its default "
-                f"{defaults[key]!r}, got {type(value).__name__} {value!r}"
-            )
-        checked[key] = float(value) if isinstance(defaults[key], float) else value
+            raise UsageError(f"{source}: unknown parameter {key!r} for {chapter.id} (known: {known})")
+        default = defaults[key]
+        if not _type_ok(value, default):
+            like = f"{type(default).__name__} of {type(default[0]).__name__}" if isinstance(default, list) and default else type(default).__name__
+            raise UsageError(f"{source}: parameter {key!r} must be {like} like its default {default!r}, "
+                             f"got {type(value).__name__} {value!r}")
+        if key in declared and (why := declared[key].problem(value)):
+            raise UsageError(f"{source}: parameter {key!r} = {value!r}: {why}")
+        checked[key] = _element_promoted(value, default)
     return checked
 
 
@@ -138,10 +255,26 @@ def load_profile(chapter: Chapter, profile: str) -> dict:
         what = "is not a profile name (lower-case letters, digits, _ and -)" if not PROFILE_NAME.match(str(profile)) else "is not a profile"
         raise UsageError(f"{chapter.id}: {profile!r} {what}; known profiles in params/{chapter.id}/: {', '.join(known) or 'none'}")
     path = chapter.profile_path(profile)
-    raw = yaml.safe_load(path.read_text()) or {}
-    unknown = set(raw) - PROFILE_KEYS
+    where = f"params/{chapter.id}/{path.name}"
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as err:
+        raise UsageError(f"{where}: not UTF-8 text (byte {err.start}: {err.reason})") from None
+    except yaml.YAMLError as err:
+        raise UsageError(f"{where}: invalid YAML: {' '.join(str(err).split())}") from None
+    except OSError as err:
+        raise UsageError(f"{where}: cannot be read: {err.strerror}") from None
+    raw = {} if raw is None else raw
+    if not isinstance(raw, dict):
+        raise UsageError(f"{where}: must be a YAML mapping with keys {sorted(PROFILE_KEYS)}, got {type(raw).__name__} {str(raw)[:80]!r}")
+    unknown = set(map(str, raw)) - PROFILE_KEYS
     if unknown:
-        raise UsageError(f"params/{chapter.id}/{path.name}: unknown profile keys {sorted(unknown)} (allowed: {sorted(PROFILE_KEYS)})")
+        raise UsageError(f"{where}: unknown profile keys {sorted(unknown)} (allowed: {sorted(PROFILE_KEYS)})")
+    if not isinstance(raw.get("parameters") or {}, dict):
+        raise UsageError(f"{where}: `parameters:` must be a mapping of name: value, got a {type(raw['parameters']).__name__}")
+    timeout = raw.get("timeout_s")
+    if timeout is not None and (not isinstance(timeout, int) or isinstance(timeout, bool) or timeout < 1):
+        raise UsageError(f"{where}: `timeout_s:` must be a positive number of seconds (an integer), got {timeout!r}")
     return raw
 
 
@@ -149,21 +282,36 @@ def parse_overrides(pairs: list[str]) -> dict:
     """``KEY=VALUE`` strings; VALUE is parsed as YAML (``3``, ``0.5``, ``true``, ``[1, 2]``, ``text``)."""
     out = {}
     for pair in pairs:
-        if "=" not in pair:
+        key, _, value = pair.partition("=")
+        if not _ or not key.strip():
             raise UsageError(f"-p expects KEY=VALUE, got {pair!r}")
-        key, value = pair.split("=", 1)
-        out[key.strip()] = yaml.safe_load(value)
+        try:
+            out[key.strip()] = yaml.safe_load(value)
+        except yaml.YAMLError as err:
+            problem = getattr(err, "problem", None) or "not valid YAML"
+            raise UsageError(f"-p {key.strip()}: the value {value!r} does not parse ({problem})") from None
     return out
 
 
 def parse_seeds(text: str | None, profile_seeds: Any, source: str) -> list[int]:
+    """The seed list (``--seeds 42,43`` or the profile's ``seeds:``): distinct integers in :data:`SEED_RANGE`."""
     seeds = profile_seeds if text is None else [s for s in text.split(",") if s.strip()]
-    if not isinstance(seeds, list) or not seeds:
+    if seeds is not None and not isinstance(seeds, list):
+        raise UsageError(f"{source}: seeds must be a list of integers, got {type(seeds).__name__} {seeds!r}")
+    if not seeds:
         raise UsageError(f"{source}: the seed list is empty; give --seeds 42,43,44 or `seeds:` in the profile")
-    try:
-        parsed = [int(s) for s in seeds]
-    except (TypeError, ValueError):
-        raise UsageError(f"{source}: seeds must be integers, got {seeds!r}") from None
+    parsed = []
+    for s in seeds:
+        try:
+            parsed.append(int(s.strip()) if isinstance(s, str) else s)
+        except ValueError:
+            parsed.append(None)
+        if not isinstance(parsed[-1], int) or isinstance(parsed[-1], bool):
+            raise UsageError(f"{source}: seeds must be integers, got {s!r} in {seeds!r}")
+    low, high = SEED_RANGE
+    outside = [s for s in parsed if not low <= s <= high]
+    if outside:
+        raise UsageError(f"{source}: seeds {outside} are outside the seed range {low}..{high}")
     if len(set(parsed)) != len(parsed):
         raise UsageError(f"{source}: duplicate seeds in {parsed}")
     return parsed
@@ -179,15 +327,28 @@ def check_data(chapter: Chapter) -> None:
                 raise UsageError(f"{chapter.id}: {err}") from None
 
 
-def profile_parameters(chapter: Chapter, profile: str, overrides: dict, defaults: dict) -> dict:
-    """The parameters of a run: the profile file's, then the overrides, checked against the notebook's defaults.
+def profile_parameters(chapter: Chapter, profile: str, overrides: dict, defaults: dict,
+                       declared: dict[str, Declared] | None = None) -> dict:
+    """The parameters of a run: the profile file's, then the overrides, checked against the notebook's parameters
+    cell (defaults and declared ranges).
 
     The one rule both planning and ``agentpost validate`` apply."""
     raw = load_profile(chapter, profile)
     parameters = check_parameters(chapter, dict(raw.get("parameters") or {}), source=f"params/{chapter.id}/{profile}.yaml",
-                                  defaults=defaults)
-    parameters.update(check_parameters(chapter, overrides, source="-p", defaults=defaults))
+                                  defaults=defaults, declared=declared)
+    parameters.update(check_parameters(chapter, overrides, source="-p", defaults=defaults, declared=declared))
     return parameters
+
+
+def started_chapter(chapter_id: str) -> tuple[Chapter, Any]:
+    """The catalogue's chapter and its readable notebook, or :class:`UsageError` (unknown, not started, unreadable)."""
+    try:
+        chapter = get_chapter(chapter_id)
+    except KeyError as err:
+        raise UsageError(str(err.args[0])) from None
+    if not chapter.started:
+        raise UsageError(f"{chapter_id}: no notebook yet (notebooks/{chapter_id}.ipynb); the chapter is not started")
+    return chapter, read_notebook(chapter.notebook)
 
 
 def plan_runs(chapter_ids: list[str], profile: str, *, seeds: str | None = None, overrides: list[str] = ()) -> list[RunSpec]:
@@ -200,19 +361,14 @@ def plan_runs(chapter_ids: list[str], profile: str, *, seeds: str | None = None,
     extra = parse_overrides(list(overrides))
     specs = []
     for chapter_id in chapter_ids:
-        try:
-            chapter = get_chapter(chapter_id)
-        except KeyError as err:
-            raise UsageError(str(err.args[0])) from None
-        if not chapter.started:
-            raise UsageError(f"{chapter_id}: no notebook yet (notebooks/{chapter_id}.ipynb); the chapter is not started")
+        chapter, notebook = started_chapter(chapter_id)  # the one read of the notebook in the parent
         raw = load_profile(chapter, profile)
-        notebook = rc.source_notebook(chapter_id)  # the one read of the notebook in the parent
-        parameters = profile_parameters(chapter, profile, extra, notebook_defaults(notebook))
+        parameters = profile_parameters(chapter, profile, extra, *notebook_parameters(notebook, chapter.notebook.name))
+        seed_list = parse_seeds(seeds, raw.get("seeds"), f"params/{chapter_id}/{profile}.yaml" if seeds is None else "--seeds")
         check_data(chapter)
         hashes = rc.input_hashes(notebook, parameters, chapter.datasets)
         kind = "ad-hoc" if extra else "profile"
-        for seed in parse_seeds(seeds, raw.get("seeds"), f"params/{chapter_id}/{profile}.yaml" if seeds is None else "--seeds"):
+        for seed in seed_list:
             key = rc.run_key(chapter_id, profile, kind, seed, hashes)
             specs.append(RunSpec(chapter_id, profile, seed, parameters, raw.get("timeout_s"), dict(extra), hashes, key))
     return specs

@@ -5,21 +5,21 @@ from __future__ import annotations
 import time
 
 import nbformat
-import papermill
 
-from agentpost.catalogue import chapter as get_chapter
 from agentpost.evidence.receipt import write_atomic
-from agentpost.run.execute import sanitize_notebook
+from agentpost.run.execute import execute_papermill, sanitize_notebook
+from agentpost.run.params import started_chapter
 
 
 def refresh_notebook(chapter_id: str) -> float:
-    """Execute ``notebooks/<id>.ipynb`` with no injected parameters and replace it atomically; returns seconds."""
-    chapter = get_chapter(chapter_id)
+    """Execute ``notebooks/<id>.ipynb`` with no injected parameters and replace it atomically; returns seconds.
+
+    A failing cell raises papermill's error and leaves the committed notebook as it was."""
+    chapter, _ = started_chapter(chapter_id)
     tmp = chapter.notebook.with_name(f".{chapter.id}.refresh.ipynb")
     t0 = time.perf_counter()
     try:
-        papermill.execute_notebook(str(chapter.notebook), str(tmp), kernel_name="python3", cwd=str(chapter.notebook.parent),
-                                   progress_bar=True, request_save_on_cell_execute=False)
+        execute_papermill(chapter.notebook, tmp, progress_bar=True)
         nb = sanitize_notebook(nbformat.read(tmp, as_version=4))
         nb.get("metadata", {}).pop("papermill", None)
         for cell in nb["cells"]:

@@ -6,7 +6,7 @@ import yaml
 
 from agentpost.catalogue import chapters
 from agentpost.evidence.recording import SCRAP_MIME
-from agentpost.run.params import notebook_defaults
+from agentpost.run.params import load_profile, notebook_defaults, notebook_parameters, parse_seeds, profile_parameters
 
 STARTED = [c for c in chapters() if c.started]
 
@@ -38,6 +38,23 @@ def test_parameters_cell_defaults_equal_the_smoke_profile(chapter):
               if k not in defaults or k not in smoke or defaults[k] != smoke[k] or type(defaults[k]) is bool
               and type(smoke[k]) is not bool}
     assert not differ, f"{chapter.id}: notebook default vs params/{chapter.id}/smoke.yaml: {differ}"
+
+
+@pytest.mark.parametrize("profile", [(c, p) for c in STARTED for p in c.profiles], ids=lambda cp: f"{cp[0].id}/{cp[1]}")
+def test_every_committed_profile_satisfies_its_notebooks_declared_ranges(profile):
+    """smoke, a100 and a100-hub alike: names, types, (range: ...) and (choices: ...) of the parameters cell, and
+    the seed list, exactly as ``agentpost run`` checks them before a run."""
+    chapter, name = profile
+    defaults, declared = notebook_parameters(chapter.notebook)
+    profile_parameters(chapter, name, {}, defaults, declared)
+    parse_seeds(None, load_profile(chapter, name).get("seeds"), f"{chapter.id}/{name}")
+
+
+@pytest.mark.parametrize("chapter", STARTED, ids=lambda c: c.id)
+def test_declared_ranges_admit_the_notebook_defaults(chapter):
+    defaults, declared = notebook_parameters(chapter.notebook)
+    outside = {k: why for k, d in declared.items() if (why := d.problem(defaults[k]))}
+    assert not outside, f"{chapter.id}: notebook defaults outside their declared ranges: {outside}"
 
 
 @pytest.mark.parametrize("chapter", STARTED, ids=lambda c: c.id)

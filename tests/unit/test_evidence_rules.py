@@ -8,7 +8,7 @@ from agentpost.catalogue import chapter
 from agentpost.evidence.receipt import seal
 from agentpost.evidence.validate import gpu_device_allowed, gpu_evidence_problems
 from agentpost.errors import UsageError
-from agentpost.run.params import check_parameters, parse_overrides, parse_seeds
+from agentpost.run.params import SEED_RANGE, Declared, check_parameters, parse_declaration, parse_overrides, parse_seeds
 
 H200 = {"kind": "cuda", "name": "NVIDIA H200", "count": 1}
 
@@ -72,3 +72,34 @@ def test_parameter_checks_name_the_culprit():
         parse_seeds(None, [], "t")
     with pytest.raises(UsageError, match="duplicate"):
         parse_seeds("1,1", None, "t")
+    assert parse_seeds(None, [0, SEED_RANGE[1]], "t") == [0, 2**32 - 1]
+    with pytest.raises(UsageError, match="outside the seed range"):
+        parse_seeds(None, [2**32], "t")
+
+
+@pytest.mark.parametrize("comment,declared", [
+    ("fraction of articles (range: 0..1)", Declared(0, 1)),
+    ("count (range: 1..)", Declared(1, None)),
+    ("(range: ..0.5) an upper bound only", Declared(None, 0.5)),
+    ("step of the (a, b) grid (range: 0.01..1)", Declared(0.01, 1)),
+    ("(range: -2.5..-1)", Declared(-2.5, -1)),
+    ("gate placement (choices: after_norm | before_norm | none)", Declared(choices=("after_norm", "before_norm", "none"))),
+    ("no declaration here (a..b)", None),
+])
+def test_declarations_in_parameter_comments(comment, declared):
+    assert parse_declaration(comment) == declared
+
+
+def test_declared_values_are_checked_element_by_element():
+    assert Declared(0, 1).problem(0) is None and Declared(0, 1).problem(1.0) is None  # inclusive bounds
+    assert Declared(0, 1).problem(1.5) == "1.5 is outside its range 0..1"
+    assert Declared(1, None).problem([3, 0, 2]) == "0 is outside its range 1.."  # each element of a list
+    assert Declared(1, None).problem({"a": 2, "b": -1}) == "-1 is outside its range 1.."  # each value of a mapping
+    assert Declared(choices=("a", "b")).problem(["a", "c"]) == "'c' is not one of the choices a | b"
+    with pytest.raises(UsageError, match="'x': write its declaration"):
+        parse_declaration("(range: 5)", "x")
+    with pytest.raises(UsageError, match="the bound 'y'"):
+        parse_declaration("(range: y..)", "x")
+    protocol = chapter("paired-protocol")
+    with pytest.raises(UsageError, match="'train_fraction' = 5: 5 is outside its range 0..1"):
+        check_parameters(protocol, {"train_fraction": 5}, source="t")
