@@ -37,3 +37,9 @@ def config() -> dict:
     """``[tool.agentpost]`` from pyproject.toml."""
     with open(project_root() / "pyproject.toml", "rb") as f:
         return tomllib.load(f)["tool"]["agentpost"]
+
+
+def cache_root() -> Path:
+    """Where the project keeps files it can re-create (never committed): ``$AGENTPOST_CACHE``, else
+    ``~/.cache/agentpost``. Data folders stay read-only; caches of data live here."""
+    return Path(os.environ.get("AGENTPOST_CACHE") or Path.home() / ".cache" / "agentpost")

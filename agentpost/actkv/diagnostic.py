@@ -194,7 +194,8 @@ def run_grid(model, traces_by_seed: dict[int, list[DiagTrace]], *, methods: Sequ
 
 def load_diagnostic_model(name: str = "tool-lm", *, device: str = "cpu", dtype: str = "float32"):
     """``(model, tokenizer, checkpoint_label)`` in eager attention: the project's tool LM (``"tool-lm"``) or a
-    Hugging Face hub model id (e.g. ``"Qwen/Qwen3-1.7B"``). Raises ``RuntimeError`` naming what is missing."""
+    Hugging Face hub model id (e.g. ``"Qwen/Qwen3-1.7B"``, the a100-hub profile; loaded through
+    :mod:`agentpost.models.hub`). Raises ``RuntimeError`` naming what is missing."""
     torch_dtype = getattr(torch, dtype)
     if name == "tool-lm":
         try:
@@ -208,12 +209,11 @@ def load_diagnostic_model(name: str = "tool-lm", *, device: str = "cpu", dtype: 
         return model.to(device), tok, f"tool-lm@{DEFAULT_DIR.name}"
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    try:
-        tok = AutoTokenizer.from_pretrained(name)
-        model = AutoModelForCausalLM.from_pretrained(name, attn_implementation="eager", dtype=torch_dtype)
-    except OSError as err:
-        raise RuntimeError(f"weights for {name!r} are not available here (hub unreachable and not in the local "
-                           f"cache); run this profile where the Hugging Face hub is reachable. ({err})") from err
+    from agentpost.models.hub import require_hub_model
+
+    path = require_hub_model(name)  # HubModelUnavailable (a RuntimeError) saying what to do where weights are missing
+    tok = AutoTokenizer.from_pretrained(path)
+    model = AutoModelForCausalLM.from_pretrained(path, attn_implementation="eager", dtype=torch_dtype)
     return model.to(device).eval(), tok, name
 
 

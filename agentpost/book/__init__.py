@@ -1,11 +1,17 @@
-"""Sphinx extension for the book (listed in ``_config.yml``): fixes that make every page load without console errors.
+"""Sphinx extension for the book (listed in ``_config.yml``): fixes that make every page load without console errors and fit the page.
 
+* Long metric names in the ledger's and evidence pages' tables may wrap (``assets/agentpost-book.css``), so a
+  "Recorded metrics across seeds" table fits the page instead of hiding its last column.
 * Jupyter Book 1 runs sphinx-thebe's ``env-before-read-docs`` handler twice, so every page declared
   ``const THEBE_JS_URL`` twice (a SyntaxError in the browser console); each page keeps the first copy of a script.
 The browser test (``tests/e2e/test_browser.py``) is what finds such errors.
 """
 
 from __future__ import annotations
+
+from pathlib import Path
+
+ASSETS = Path(__file__).parent / "assets"
 
 
 def _unique_scripts(app, pagename, templatename, context, doctree) -> None:
@@ -22,6 +28,12 @@ def _unique_scripts(app, pagename, templatename, context, doctree) -> None:
     scripts[:] = unique
 
 
+def _add_assets(app, config) -> None:
+    config.html_static_path.append(str(ASSETS))
+
+
 def setup(app):
+    app.connect("config-inited", _add_assets)
+    app.add_css_file("agentpost-book.css")
     app.connect("html-page-context", _unique_scripts, priority=900)  # after the themes add their scripts
     return {"parallel_read_safe": True, "parallel_write_safe": True}

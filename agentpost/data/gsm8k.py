@@ -15,11 +15,10 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import json
 import re
 from dataclasses import dataclass
 
-from agentpost.data.registry import data_file
+from agentpost.data.hf import local_rows
 
 SPLITS = {"train": "train.jsonl", "test": "test.jsonl"}
 ARITH_SPLITS = ("train", "validation", "test")
@@ -42,11 +41,10 @@ class Expression:
 
 @functools.lru_cache(maxsize=None)
 def problems(split: str) -> tuple[dict, ...]:
-    """The split's problems as dicts with ``question`` and ``answer``."""
+    """The split's problems as dicts with ``question`` and ``answer``, in file order (read through ``datasets``)."""
     if split not in SPLITS:
         raise ValueError(f"unknown GSM8K split {split!r}; use one of {sorted(SPLITS)}")
-    with data_file("gsm8k", SPLITS[split]).open(encoding="utf-8") as fh:
-        return tuple(json.loads(line) for line in fh if line.strip())
+    return tuple(local_rows("gsm8k", SPLITS[split], "json").to_list())
 
 
 def annotations(split: str) -> list[str]:

@@ -3,6 +3,11 @@
 Each data set folder holds a ``SOURCE.md`` whose ``## Files`` table lists every file with its size in bytes and
 its sha256. :func:`checksums` parses that table once; :func:`data_file` refuses a file whose size or sha256 differs
 (hashes are memoised on (path, size, mtime), so a file is read once per process while it is unchanged).
+
+:func:`dataset_dir` looks in ``$AGENTPOST_DATA``, then ``../shared/data`` beside the checkout; a data set with a
+public hub copy (:data:`HUB_SOURCES`) is otherwise rebuilt from the hub by :func:`agentpost.data.hf.from_hub`,
+checked against the sizes and sha256 pinned here (the same values as its SOURCE.md, which a machine without the
+data folder does not have).
 """
 
 from __future__ import annotations
@@ -10,6 +15,7 @@ from __future__ import annotations
 import functools
 import os
 import re
+from dataclasses import dataclass
 from pathlib import Path
 
 from agentpost.evidence.hashing import sha256_file
@@ -21,6 +27,30 @@ DATASETS: dict[str, tuple[str, ...]] = {
     "stabletoolbench": ("apis.jsonl", "queries.jsonl"),
     "gsm8k": ("train.jsonl", "test.jsonl"),
     "movietweetings-100k": ("movies.dat", "ratings.dat"),
+}
+
+
+@dataclass(frozen=True)
+class HubSource:
+    """A data set's public copy on the Hugging Face hub: ``files`` maps each local file to (hub split, bytes, sha256)."""
+
+    repo: str
+    config: str
+    files: dict[str, tuple[str, int, str]]
+
+
+#: The hub fallback of DESIGN.md ("Data"); sizes and sha256 are those of the files' SOURCE.md
+#: (tests/unit/test_data_datasets.py checks that they agree).
+HUB_SOURCES: dict[str, HubSource] = {
+    "gsm8k": HubSource("openai/gsm8k", "main", {
+        "train.jsonl": ("train", 4166206, "17f347dc51477c50d4efb83959dbb7c56297aba886e5544ee2aaed3024813465"),
+        "test.jsonl": ("test", 749738, "3730d312f6e3440559ace48831e51066acaca737f6eabec99bccb9e4b3c39d14"),
+    }),
+    "wikitext-2": HubSource("Salesforce/wikitext", "wikitext-2-v1", {
+        "train.txt": ("train", 10797148, "9e9fa1ad55b1c2c95b08e37dd8e653f638fac2c6de904b79e813611eefbc985f"),
+        "valid.txt": ("validation", 1121681, "f0737ed31fc1329026e95cb8b98e19c2a182c39c240ab909dc31abf2f8af58e8"),
+        "test.txt": ("test", 1256449, "d790b833ef8cf03a90db7bf1271b7520b83c45ce07ba3c1a9699df81e239eca0"),
+    }),
 }
 
 _READ: dict[str, Path] = {}
@@ -44,13 +74,21 @@ def _candidates(name: str) -> list[Path]:
 
 
 def dataset_dir(name: str) -> Path:
-    """The local folder of data set ``name``; raises :class:`DataMissingError` naming where it looked."""
+    """The local folder of data set ``name`` (else its hub copy, rebuilt and checked in the project cache); raises
+    :class:`DataMissingError` naming where it looked."""
     if name not in DATASETS:
         raise KeyError(f"unknown data set {name!r}; known: {', '.join(sorted(DATASETS))}")
     for folder in _candidates(name):
         if folder.is_dir():
             return folder
     looked = ", ".join(str(p) for p in _candidates(name))
+    if name in HUB_SOURCES:
+        from agentpost.data.hf import from_hub
+
+        try:
+            return from_hub(name)
+        except DataMissingError as err:
+            raise DataMissingError(f"data set {name!r} not found locally (looked in {looked}); {err}") from err
     raise DataMissingError(
         f"data set {name!r} not found (looked in {looked}). Set AGENTPOST_DATA to a folder holding {name}/, "
         f"or fetch it from its public source as its SOURCE.md describes."

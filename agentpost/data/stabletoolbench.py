@@ -12,6 +12,7 @@ import hashlib
 import json
 from dataclasses import dataclass
 
+from agentpost.data.hf import local_rows
 from agentpost.data.registry import data_file
 
 NAME = "stabletoolbench"
@@ -75,7 +76,9 @@ def _name(triple) -> str:
 
 @functools.lru_cache(maxsize=None)
 def load_apis() -> tuple[Api, ...]:
-    """All API docs in file order."""
+    """All API docs in file order. Read with ``json``, not ``datasets``: a parameter's ``default`` is a number, a
+    string or a list, which one Arrow column cannot hold unchanged (``datasets``' Json feature reads the string
+    ``"1"`` back as the number 1, so ``Param.default`` would change)."""
     out = []
     with open(data_file(NAME, "apis.jsonl"), encoding="utf-8") as f:
         for n, line in enumerate(f, 1):
@@ -95,20 +98,18 @@ def load_apis() -> tuple[Api, ...]:
 
 @functools.lru_cache(maxsize=None)
 def load_queries() -> tuple[Query, ...]:
-    """All queries in file order; every target is checked to be a known API."""
+    """All queries in file order (read through ``datasets``); every target is checked to be a known API."""
     known = {a.name for a in load_apis()}
     out = []
-    with open(data_file(NAME, "queries.jsonl"), encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
-            r = json.loads(line)
-            if r["group"] not in GROUPS:
-                raise ValueError(f"queries.jsonl line {n}: unknown group {r['group']!r}")
-            targets = tuple(dict.fromkeys(_name(t) for t in r["relevant_apis"]))
-            missing = [t for t in targets if t not in known]
-            if missing:
-                raise ValueError(f"queries.jsonl line {n}: targets not in apis.jsonl: {missing}")
-            out.append(Query(r["group"], int(r["query_id"]), r["query"], targets,
-                             tuple(_name(t) for t in r["candidate_apis"])))
+    for n, r in enumerate(local_rows(NAME, "queries.jsonl", "json").to_list(), 1):
+        if r["group"] not in GROUPS:
+            raise ValueError(f"queries.jsonl line {n}: unknown group {r['group']!r}")
+        targets = tuple(dict.fromkeys(_name(t) for t in r["relevant_apis"]))
+        missing = [t for t in targets if t not in known]
+        if missing:
+            raise ValueError(f"queries.jsonl line {n}: targets not in apis.jsonl: {missing}")
+        out.append(Query(r["group"], int(r["query_id"]), r["query"], targets,
+                         tuple(_name(t) for t in r["candidate_apis"])))
     return tuple(out)
 
 

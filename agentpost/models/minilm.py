@@ -17,6 +17,8 @@ from typing import Sequence
 
 import numpy as np
 
+from agentpost.project import cache_root
+
 MINILM_PACKAGE_VERSION = "0.1.0"
 #: sha256 of sentence-transformers/all-MiniLM-L6-v2 ``model.safetensors`` (upstream hub LFS object).
 MINILM_WEIGHTS_SHA256 = "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db"
@@ -28,8 +30,7 @@ class WeightsMismatch(RuntimeError):
 
 
 def cache_dir() -> Path:
-    root = Path(os.environ.get("AGENTPOST_CACHE", Path.home() / ".cache" / "agentpost"))
-    path = root / "minilm"
+    path = cache_root() / "minilm"
     path.mkdir(parents=True, exist_ok=True)
     return path
 

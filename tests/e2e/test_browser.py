@@ -3,7 +3,9 @@
 The book is built from the committed notebooks in a throwaway copy of the project (no runs: the evidence pages
 then say so). Every page -- the index, the ledger, each chapter and evidence page -- must load with no console
 error; every glued value (``{glue:text}``) must be visible and non-empty; math must be typeset by MathJax (served
-from the book itself, so this holds offline); every image must load; every local link and anchor must resolve.
+from the book itself, so this holds offline); every image must load; every local link and anchor must resolve;
+the tables of the generated ledger and evidence pages must fit the page (none wider than its container; the
+machine-to-machine spread table, nine numeric columns, keeps a scroll bar).
 Chromium comes from the Debian package (``.ci/run`` installs it where missing).
 """
 
@@ -105,6 +107,13 @@ def test_every_page_loads_cleanly_with_values_math_images_and_links(html_root):
                     problems.append(f"{name}: link to missing {target.relative_to(html_root) if html_root in target.parents else target}")
                 elif url.fragment and target.suffix == ".html" and unquote(url.fragment) not in _ids(target, ids_cache):
                     problems.append(f"{name}: anchor #{url.fragment} not in {target.name}")
+            if "/generated/" in f"/{name}":  # the ledger's and evidence pages' tables fit the page (no hidden column)
+                # (the nine numeric columns of the machine-to-machine spread table keep their scroll bar)
+                wide = page.evaluate("Array.from(document.querySelectorAll('.pst-scrollable-table-container'))"
+                                     ".filter(c => !c.closest('#machine-to-machine-spread'))"
+                                     ".filter(c => c.scrollWidth > c.clientWidth + 1).length")
+                if wide:
+                    problems.append(f"{name}: {wide} table(s) wider than the page (a column hidden behind a scroll bar)")
             if errors:
                 problems.append(f"{name}: console errors {errors[:3]}")
             page.close()

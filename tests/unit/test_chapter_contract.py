@@ -55,3 +55,12 @@ def test_declared_ranges_admit_the_notebook_defaults(chapter):
     defaults, declared = notebook_parameters(chapter.notebook)
     outside = {k: why for k, d in declared.items() if (why := d.problem(defaults[k]))}
     assert not outside, f"{chapter.id}: notebook defaults outside their declared ranges: {outside}"
+
+
+@pytest.mark.parametrize("chapter", STARTED, ids=lambda c: c.id)
+def test_committed_outputs_carry_no_widget_progress_warning(chapter):
+    """tqdm's "IProgress not found" notice would be published in the book; agentpost makes notebook bars plain text."""
+    nb = nbformat.read(chapter.notebook, as_version=4)
+    noisy = [i for i, cell in enumerate(nb.cells) if cell.cell_type == "code" for out in cell.get("outputs", [])
+             if "IProgress not found" in str(out.get("text", ""))]
+    assert not noisy, f"{chapter.id}: cells {noisy} publish tqdm's IProgress warning"
