@@ -99,3 +99,36 @@ def test_hf_policy_needs_an_end_of_sequence_token():
     tok.eos_token = None
     with pytest.raises(ValueError, match="end-of-sequence"):
         HFPolicy(model, tok, 1, lambda p: p.question)
+
+
+def test_committed_annotation_lm_matches_its_receipt_and_size_limit():
+    import json
+
+    from agentpost.evidence.hashing import sha256_file
+    from agentpost.madrl.annotation_lm import ARCH, ASSET_DIR, load_annotation_lm
+
+    receipt = json.loads((ASSET_DIR / "receipt.json").read_text())
+    weights = ASSET_DIR / "model.safetensors"
+    assert sha256_file(weights) == receipt["checkpoint"]["sha256"] and weights.stat().st_size <= 25 * 2**20
+    model, tok = load_annotation_lm()
+    assert sum(p.numel() for p in model.parameters()) == receipt["parameters"]
+    assert all(getattr(model.config, k) == v for k, v in ARCH.items())
+    assert tok.decode(tok("<<48/2=24>>").input_ids) == "<<48/2=24>>"
+
+
+def test_annotation_lm_script_writes_a_loadable_checkpoint(tmp_path):
+    from agentpost.madrl.annotation_lm import load_annotation_lm, train
+
+    _, _, receipt = train(tmp_path, steps=2, batch=4, lr=1e-3, seed=0,
+                          arch=dict(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
+                                    num_key_value_heads=1, head_dim=8))
+    assert receipt["splits"]["validation (held out)"] == 500 and (tmp_path / "receipt.json").is_file()
+    model, _ = load_annotation_lm(tmp_path)
+    assert model.config.hidden_size == 16
+
+
+def test_missing_annotation_lm_names_the_training_command(tmp_path):
+    from agentpost.madrl.annotation_lm import load_annotation_lm
+
+    with pytest.raises(FileNotFoundError, match="agentpost.madrl.annotation_lm"):
+        load_annotation_lm(tmp_path)
