@@ -36,10 +36,10 @@ class StackedGRU(nn.Module):
     def forward(self, ids: torch.Tensor, h: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """ids [A, B, T] -> logits [A, B, T, V] and the last hidden state [A, B, H]."""
         a, b, t = ids.shape
-        x = self.embed[torch.arange(a)[:, None, None], ids]                         # [A, B, T, E]
+        x = self.embed[torch.arange(a, device=ids.device)[:, None, None], ids]                         # [A, B, T, E]
         gi = torch.baddbmm(self.b_ih[:, None], x.reshape(a, b * t, -1), self.w_ih.transpose(1, 2)).view(a, b, t, -1)
         if h is None:
-            h = torch.zeros(a, b, self.w_hh.shape[-1], dtype=x.dtype)
+            h = torch.zeros(a, b, self.w_hh.shape[-1], dtype=x.dtype, device=x.device)
         outs = []
         w_hh_t = self.w_hh.transpose(1, 2)
         for s in range(t):

@@ -17,6 +17,8 @@ import operator
 import re
 from dataclasses import dataclass
 
+import numpy as np
+
 from agentpost.data import data_file
 
 CATEGORIES = ("+", "-", "*", "/", "mixed")
@@ -97,6 +99,21 @@ def load_problems(split: str) -> list[Problem]:
             if m and (cat := operation_category(m.group(1))) >= 0:
                 out.append(Problem(item["question"], m.group(0), cat))
     return out
+
+
+#: GSM8K train items held out of RL training (and of the annotation LM's pretraining) to select hyper-parameters.
+N_VALIDATION = 500
+
+
+def split_validation(problems: list[Problem], n_validation: int = N_VALIDATION,
+                     seed: int = 0) -> tuple[list[Problem], list[Problem]]:
+    """(RL-training, validation) items: a fixed random ``n_validation`` of ``problems`` (GSM8K train) is the
+    validation split used to select hyper-parameters; the held-out test prompts come from GSM8K test only."""
+    if not 0 < n_validation < len(problems):
+        raise ValueError(f"n_validation must lie in 1..{len(problems) - 1}, got {n_validation}")
+    order = np.random.default_rng(seed).permutation(len(problems))
+    held = set(order[:n_validation].tolist())
+    return ([p for i, p in enumerate(problems) if i not in held], [problems[i] for i in sorted(held)])
 
 
 def prompt_text(question: str, prompt_chars: int) -> str:

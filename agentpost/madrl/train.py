@@ -1,31 +1,30 @@
-"""The GSM8K first-step diagnostic: GRPO on the character GRU with each arm's reward, all runs batched.
+"""The GSM8K first-step diagnostic: GRPO with each arm's reward, one loop for both policies.
 
-Every (arm, target, seed) run is one copy of :class:`agentpost.madrl.stacked.StackedGRU`, initialised from the
-same pretrained checkpoint. Within a seed, every arm and target sees the same prompts in the same order (a paired
-design); sampling noise differs. One update per step: sample G completions per prompt, classify them
-(:func:`agentpost.madrl.task.classify`), rewards from :func:`agentpost.madrl.rewards.arm_rewards`, GRPO
+A policy (:mod:`agentpost.madrl.policies`: the character GRU or a Hugging Face causal LM) holds one independent copy
+of the base model per (arm, target, seed) run. Within a seed, every arm and target sees the same prompts in the same
+order (a paired design); sampling noise differs. One update per step: sample G completions per prompt, classify
+them (:func:`agentpost.madrl.task.classify`), rewards from :func:`agentpost.madrl.rewards.arm_rewards`, GRPO
 z-scored advantages per prompt group (:func:`agentpost.rl.group_advantage`) on every completion token, and the
-clipped objective with an optional k3 KL to the pretrained model (:func:`agentpost.rl.clipped_policy_loss`,
-token mean per run, summed over runs), Adam.
+clipped objective with an optional k3 KL to the initial model (:func:`agentpost.rl.clipped_policy_loss`, token
+mean per run, summed over runs), Adam. Runs may carry their own learning rate (selected on the validation split by
+:func:`select_learning_rates`); runs with the same learning rate share one policy object and optimiser.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 import torch
 from tqdm.auto import tqdm
 
 from agentpost.madrl.bandit import jsd
-from agentpost.madrl.gru import EOS, PAD, CharGRU, decode, encode, prompt_ids
 from agentpost.madrl.rewards import ARMS, arm_rewards, as_distribution
-from agentpost.madrl.stacked import StackedGRU
-from agentpost.madrl.task import CATEGORIES, Problem, classify, prompt_text
+from agentpost.madrl.task import CATEGORIES, Problem, classify
 from agentpost.rl import broadcast_sequence_values, clipped_policy_loss, group_advantage
 
 K = len(CATEGORIES)
-_GT = encode(">")[0]
 
 
 @dataclass(frozen=True)
@@ -50,8 +49,11 @@ class DiagConfig:
     reward_form: str = "table"
     task_reward_weight: float = 1.0
     mixture_divergence: str = "jsd"
+    copies_per_policy: int = 0  # runs trained in one policy object at a time (0: all with the same lr); memory cap
 
     def __post_init__(self):
+        if self.copies_per_policy < 0:
+            raise ValueError(f"copies_per_policy must be >= 0 (0: no cap), got {self.copies_per_policy}")
         if self.group_size < 2:
             raise ValueError(f"group_size must be >= 2 (GRPO normalises within a group), got {self.group_size}")
         for name in ("steps", "prompts_per_step", "eval_prompts", "eval_samples", "max_new_chars", "ppo_epochs"):
@@ -61,51 +63,47 @@ class DiagConfig:
 
 @dataclass(frozen=True)
 class Run:
-    """One training run: its arm, target name and seed."""
+    """One training run: its arm, target name, seed and learning rate (None: the config's ``lr``)."""
 
     arm: str
     target: str
     seed: int
+    lr: float | None = None
+
+
+#: make_policy(copies) -> a fresh policy with that many copies of the base model (:mod:`agentpost.madrl.policies`).
+PolicyFactory = Callable[[int], object]
 
 
 @torch.no_grad()
-def sample(model: StackedGRU, prompts: torch.Tensor, max_new: int, gen: torch.Generator):
-    """Completions for prompt ids [A, B, P] at temperature 1, stopping after ``<eos>`` or the first ``>>``.
-
-    Returns ids [A, B, T] (``<pad>`` after the stop), the sampling log-probabilities [A, B, T] and the mask."""
-    logits, h = model(prompts)
-    last = logits[:, :, -1]
+def sample(policy, prompts: torch.Tensor, prompt_mask: torch.Tensor, max_new: int, gen: torch.Generator):
+    """Completions for prompt ids [A, B, P] at temperature 1 (no top-k/top-p), each row stopping where
+    ``policy.stops`` says. Returns ids [A, B, T] (``pad`` after the stop), the sampling log-probabilities [A, B, T]
+    (float32) and the completion mask."""
+    last, state = policy.start(prompts, prompt_mask)
     a, b = prompts.shape[:2]
-    done = torch.zeros(a, b, dtype=torch.bool)
-    prev = torch.full((a, b), PAD, dtype=torch.int64)
+    dev = last.device
+    done = torch.zeros(a, b, dtype=torch.bool, device=dev)
+    prev = torch.full((a, b), policy.pad_id, dtype=torch.int64, device=dev)
     ids, logps, masks = [], [], []
     for _ in range(max_new):
-        logp_all = torch.log_softmax(last, -1)
+        logp_all = torch.log_softmax(last.float(), -1)
         tok = torch.multinomial(logp_all.exp().view(a * b, -1), 1, generator=gen).view(a, b)
-        tok = torch.where(done, PAD, tok)
+        tok = torch.where(done, policy.pad_id, tok)
         masks.append(~done)
         logps.append(torch.where(done, 0.0, logp_all.gather(-1, tok[..., None])[..., 0]))
         ids.append(tok)
-        done = done | (tok == EOS) | ((tok == _GT) & (prev == _GT))
+        done = done | policy.stops(tok, prev)
         prev = tok
         if bool(done.all()):
             break
-        logits, h = model(tok[..., None], h)
-        last = logits[:, :, -1]
+        last, state = policy.advance(tok, state)
     return torch.stack(ids, -1), torch.stack(logps, -1), torch.stack(masks, -1)
 
 
-def completion_logp(model, prompts: torch.Tensor, completions: torch.Tensor) -> torch.Tensor:
-    """log pi(completion token | prefix) [A, B, T] under ``model`` (teacher forcing)."""
-    full = torch.cat([prompts, completions], -1)
-    logits, _ = model(full[..., :-1])
-    logits = logits[..., prompts.shape[-1] - 1:, :]
-    return torch.log_softmax(logits, -1).gather(-1, completions[..., None])[..., 0]
-
-
-def _classify_all(completions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    flat = completions.reshape(-1, completions.shape[-1])
-    res = [classify(decode(row)) for row in flat.tolist()]
+def _classify_all(policy, completions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    flat = completions.reshape(-1, completions.shape[-1]).cpu()
+    res = [classify(policy.decode(row)) for row in flat.tolist()]
     cats = torch.tensor([c for c, _ in res], dtype=torch.int64).view(completions.shape[:-1])
     corr = torch.tensor([float(ok) for _, ok in res], dtype=torch.float64).view(completions.shape[:-1])
     return cats, corr
@@ -118,34 +116,40 @@ def extended_jsd(counts: np.ndarray, target: np.ndarray) -> float:
     return jsd(torch.as_tensor(p), torch.as_tensor(np.append(target, 0.0)))
 
 
+def _expand(t: torch.Tensor, copies: int) -> torch.Tensor:
+    return t[None].expand(copies, *t.shape).contiguous()
+
+
 @torch.no_grad()
-def evaluate(model: StackedGRU, problems: list[Problem], n_samples: int, prompt_chars: int, max_new: int,
-             gen: torch.Generator) -> dict[str, np.ndarray]:
-    """Per copy and held-out prompt: outcome counts [A, n, K+1] (last = invalid), the correct ones among them and
-    accuracy [A, n]."""
-    p = prompt_ids([prompt_text(q.question, prompt_chars) for q in problems], prompt_chars)
-    prompts = p.repeat_interleave(n_samples, 0)[None].expand(model.copies, -1, -1).contiguous()
-    comp, _, _ = sample(model, prompts, max_new, gen)
-    cats, corr = _classify_all(comp)
-    cats = cats.view(model.copies, len(problems), n_samples)
-    corr = corr.view(model.copies, len(problems), n_samples)
+def evaluate(policy, problems: list[Problem], n_samples: int, max_new: int, gen: torch.Generator,
+             chunk: int = 512) -> dict[str, np.ndarray]:
+    """Per copy and prompt: outcome counts [A, n, K+1] (last = invalid), the correct ones among them and
+    accuracy [A, n]; ``n_samples`` completions per prompt, sampled ``chunk`` rows at a time."""
+    ids, mask = policy.encode(problems)
+    ids, mask = ids.repeat_interleave(n_samples, 0), mask.repeat_interleave(n_samples, 0)
+    cats, corr = [], []
+    for s in range(0, ids.shape[0], chunk):
+        comp, _, _ = sample(policy, _expand(ids[s:s + chunk], policy.copies), _expand(mask[s:s + chunk], policy.copies),
+                            max_new, gen)
+        c, k = _classify_all(policy, comp)
+        cats.append(c)
+        corr.append(k)
+    cats = torch.cat(cats, 1).view(policy.copies, len(problems), n_samples)
+    corr = torch.cat(corr, 1).view(policy.copies, len(problems), n_samples)
     outcomes = list(range(K)) + [-1]
     counts = np.stack([(cats == c).sum(-1).numpy() for c in outcomes], -1)
     correct = np.stack([((cats == c) & (corr > 0)).sum(-1).numpy() for c in outcomes], -1)
     return {"counts": counts, "correct_counts": correct, "accuracy": corr.mean(-1).numpy()}
 
 
-def run_diagnostic(base: CharGRU, runs: list[Run], targets: dict[str, list[float]], train: list[Problem],
-                   test: list[Problem], cfg: DiagConfig, *, sample_seed: int, progress: bool = True) -> dict:
-    """Train every run for ``cfg.steps`` updates and evaluate on ``cfg.eval_prompts`` held-out prompts.
-
-    Returns ``history`` (per run and step: training-sample outcome counts [K+1] and accuracy), ``final`` and
-    ``initial`` evaluations (per run: per-prompt extended JSD, accuracy, pooled counts)."""
+def _check_inputs(runs, targets, train, test, cfg) -> dict[str, torch.Tensor]:
     for r in runs:
         if r.arm not in ARMS:
             raise ValueError(f"unknown arm {r.arm!r}; choose from {', '.join(ARMS)}")
         if r.target not in targets:
             raise ValueError(f"run {r} names target {r.target!r}, which is not among {sorted(targets)}")
+        if r.lr is not None and not r.lr > 0:
+            raise ValueError(f"run {r} has learning rate {r.lr}; it must be > 0")
     tgt = {k: as_distribution(v, f"target {k!r}") for k, v in targets.items()}
     for k, v in tgt.items():
         if v.numel() != K:
@@ -156,41 +160,44 @@ def run_diagnostic(base: CharGRU, runs: list[Run], targets: dict[str, list[float
                          f"only {len(train)} available")
     if cfg.eval_prompts > len(test):
         raise ValueError(f"eval_prompts={cfg.eval_prompts} exceeds the {len(test)} held-out problems")
-    pc = base.config.prompt_chars
-    gen = torch.Generator().manual_seed(sample_seed)
-    model = StackedGRU(base, len(runs))
-    opt = torch.optim.Adam(model.parameters(), lr=cfg.lr)
+    return tgt
+
+
+def _train_group(policy, runs: list[Run], lr: float, tgt, train: list[Problem], cfg: DiagConfig,
+                 gen: torch.Generator, reference, progress: bool) -> list[list[dict]]:
+    """``cfg.steps`` GRPO updates of every copy of ``policy`` (copy a trains run ``runs[a]``); returns the
+    per-run history of training-sample outcome counts and accuracy."""
+    opt = torch.optim.Adam(policy.parameters(), lr=lr)
     order = {s: np.random.default_rng(s).permutation(len(train)) for s in {r.seed for r in runs}}
-    eval_items = [test[i] for i in np.random.default_rng(0).permutation(len(test))[:cfg.eval_prompts]]
     g, n_p = cfg.group_size, cfg.prompts_per_step
     gids = torch.arange(n_p).repeat_interleave(g)
     reward_kw = dict(eps=cfg.eps, target_smoothing=cfg.target_smoothing, invalid_policy=cfg.invalid_policy,
                      invalid_reward=cfg.invalid_reward, phat_scope=cfg.phat_scope, form=cfg.reward_form,
                      task_reward_weight=cfg.task_reward_weight, mixture_divergence=cfg.mixture_divergence)
-    initial = evaluate(StackedGRU(base, 1), eval_items, cfg.eval_samples, pc, cfg.max_new_chars, gen)
     history = [[] for _ in runs]
-    for step in tqdm(range(cfg.steps), desc="MaD-RL GRU updates", disable=not progress, mininterval=10):
-        rows = []
-        for r in runs:
-            idx = order[r.seed][step * n_p:(step + 1) * n_p]
-            rows.append(prompt_ids([prompt_text(train[i].question, pc) for i in idx], pc).repeat_interleave(g, 0))
-        prompts = torch.stack(rows)
-        comp, logp_old, mask = sample(model, prompts, cfg.max_new_chars, gen)
-        cats, corr = _classify_all(comp)
+    for step in tqdm(range(cfg.steps), desc=f"MaD-RL updates (lr {lr:g}, {len(runs)} runs)", disable=not progress,
+                     mininterval=10):
+        enc = [policy.encode([train[i] for i in order[r.seed][step * n_p:(step + 1) * n_p]]) for r in runs]
+        width = max(e[0].shape[1] for e in enc)  # left-pad every run's prompts to one width
+        pad = lambda t, v: torch.nn.functional.pad(t, (width - t.shape[1], 0), value=v)  # noqa: E731
+        prompts = torch.stack([pad(e[0], policy.pad_id).repeat_interleave(g, 0) for e in enc]).to(policy.device)
+        pmask = torch.stack([pad(e[1], 0).repeat_interleave(g, 0) for e in enc]).to(policy.device)
+        comp, logp_old, mask = sample(policy, prompts, pmask, cfg.max_new_chars, gen)
+        cats, corr = _classify_all(policy, comp)
         adv = []
         for a, r in enumerate(runs):
             rew = arm_rewards(r.arm, cats[a], corr[a], gids, tgt[r.target], **reward_kw)
-            adv.append(broadcast_sequence_values(mask[a], group_advantage(rew, gids)))
+            adv.append(broadcast_sequence_values(mask[a].cpu(), group_advantage(rew, gids)))
             counts = np.array([(cats[a] == c).sum().item() for c in list(range(K)) + [-1]])
             history[a].append({"step": step, "counts": counts, "accuracy": float(corr[a].mean())})
-        adv = torch.stack(adv).to(logp_old.dtype)
+        adv = torch.stack(adv).to(device=logp_old.device, dtype=logp_old.dtype)
         ref = None
         if cfg.kl_coef:
             with torch.no_grad():
-                flat = lambda t: t.reshape(-1, t.shape[-1])  # noqa: E731
-                ref = completion_logp(base, flat(prompts), flat(comp)).view_as(logp_old)
+                flat = lambda t: t.reshape(1, -1, t.shape[-1])  # noqa: E731
+                ref = reference.logp(flat(prompts), flat(pmask), flat(comp)).view_as(logp_old)
         for _ in range(cfg.ppo_epochs):
-            logp = completion_logp(model, prompts, comp)
+            logp = policy.logp(prompts, pmask, comp)
             loss = sum(clipped_policy_loss(logp[a], logp_old[a], None if ref is None else ref[a], adv[a], mask[a],
                                            eps_low=cfg.clip_eps, eps_high=cfg.clip_eps, dual_clip_c=None,
                                            kl_coef=cfg.kl_coef, kl_kind="k3", agg_mode="token_mean")[0]
@@ -198,15 +205,74 @@ def run_diagnostic(base: CharGRU, runs: list[Run], targets: dict[str, list[float
             opt.zero_grad()
             loss.backward()
             opt.step()
-    final = evaluate(model, eval_items, cfg.eval_samples, pc, cfg.max_new_chars, gen)
+    return history
 
-    def summarise(ev, a, target):
-        t = tgt[target].numpy()
-        return {"jsd_per_prompt": np.array([extended_jsd(c, t) for c in ev["counts"][a]]),
-                "accuracy_per_prompt": ev["accuracy"][a], "pooled_counts": ev["counts"][a].sum(0),
-                "pooled_correct": ev["correct_counts"][a].sum(0),
-                "pooled_jsd": extended_jsd(ev["counts"][a].sum(0), t), "accuracy": float(ev["accuracy"][a].mean())}
 
+def run_diagnostic(make_policy: PolicyFactory, runs: list[Run], targets: dict[str, list[float]],
+                   train: list[Problem], test: list[Problem], cfg: DiagConfig, *, sample_seed: int,
+                   progress: bool = True) -> dict:
+    """Train every run for ``cfg.steps`` updates on ``train`` prompts and evaluate on ``cfg.eval_prompts`` of
+    ``test`` (held-out test prompts, or the validation split during selection).
+
+    Returns ``history`` (per run and step: training-sample outcome counts [K+1] and accuracy), ``final`` and
+    ``initial`` evaluations (per run: per-prompt extended JSD, accuracy, pooled counts)."""
+    tgt = _check_inputs(runs, targets, train, test, cfg)
+    reference = make_policy(1)
+    gen = torch.Generator(device=reference.device).manual_seed(sample_seed)
+    eval_items = [test[i] for i in np.random.default_rng(0).permutation(len(test))[:cfg.eval_prompts]]
+    initial = evaluate(reference, eval_items, cfg.eval_samples, cfg.max_new_chars, gen)
+    history, final = [None] * len(runs), [None] * len(runs)
+    for lr in sorted({cfg.lr if r.lr is None else r.lr for r in runs}):
+        same_lr = [k for k, r in enumerate(runs) if (cfg.lr if r.lr is None else r.lr) == lr]
+        cap = cfg.copies_per_policy or len(same_lr)
+        for idx in (same_lr[i:i + cap] for i in range(0, len(same_lr), cap)):
+            policy = make_policy(len(idx))
+            hist = _train_group(policy, [runs[k] for k in idx], lr, tgt, train, cfg, gen, reference, progress)
+            ev = evaluate(policy, eval_items, cfg.eval_samples, cfg.max_new_chars, gen)
+            for a, k in enumerate(idx):
+                history[k], final[k] = hist[a], _summarise(ev, a, tgt[runs[k].target])
+            del policy
     return {"runs": runs, "history": history, "eval_items": eval_items,
-            "initial": {t: summarise(initial, 0, t) for t in targets},
-            "final": [summarise(final, a, r.target) for a, r in enumerate(runs)]}
+            "initial": {t: _summarise(initial, 0, tgt[t]) for t in targets}, "final": final}
+
+
+def _summarise(ev: dict, a: int, target: torch.Tensor) -> dict:
+    t = target.numpy()
+    return {"jsd_per_prompt": np.array([extended_jsd(c, t) for c in ev["counts"][a]]),
+            "accuracy_per_prompt": ev["accuracy"][a], "pooled_counts": ev["counts"][a].sum(0),
+            "pooled_correct": ev["correct_counts"][a].sum(0),
+            "pooled_jsd": extended_jsd(ev["counts"][a].sum(0), t), "accuracy": float(ev["accuracy"][a].mean())}
+
+
+def selection_score(arm: str, jsd_value: float, accuracy: float, task_reward_weight: float) -> float:
+    """What an arm's learning rate is selected to minimise on the validation split: its own objective.
+    correctness: -accuracy; a divergence arm: JSD to the target; mixture: JSD - w * accuracy (the two parts of
+    its reward r_D + w 1[correct])."""
+    if arm == "correctness":
+        return -accuracy
+    if arm == "mixture":
+        return jsd_value - task_reward_weight * accuracy
+    return jsd_value
+
+
+def select_learning_rates(make_policy: PolicyFactory, arms, targets: dict[str, list[float]], train: list[Problem],
+                          validation: list[Problem], cfg: DiagConfig, lr_grid, *, seed: int,
+                          progress: bool = True) -> tuple[dict[str, float], list[dict]]:
+    """Per-arm learning rate from ``lr_grid``: one run per (lr, arm, target) with ``seed``, trained on ``train``
+    prompts and scored on the **validation** prompts (never the test prompts) by :func:`selection_score`, averaged
+    over the targets; the smallest score wins (ties: the smaller lr). Returns ({arm: lr}, rows of scores)."""
+    grid = sorted(float(x) for x in lr_grid)
+    if not grid or any(not x > 0 for x in grid):
+        raise ValueError(f"lr_grid must be a non-empty list of positive learning rates, got {list(lr_grid)}")
+    runs = [Run(arm, t, seed, lr) for lr in grid for arm in arms for t in targets]
+    diag = run_diagnostic(make_policy, runs, targets, train, validation, cfg, sample_seed=seed, progress=progress)
+    rows = []
+    for r, f in zip(runs, diag["final"]):
+        rows.append({"arm": r.arm, "target": r.target, "lr": r.lr, "validation_jsd": f["pooled_jsd"],
+                     "validation_accuracy": f["accuracy"],
+                     "score": selection_score(r.arm, f["pooled_jsd"], f["accuracy"], cfg.task_reward_weight)})
+    chosen = {}
+    for arm in arms:
+        mean = {lr: np.mean([x["score"] for x in rows if x["arm"] == arm and x["lr"] == lr]) for lr in grid}
+        chosen[arm] = min(grid, key=lambda lr: (mean[lr], lr))
+    return chosen, rows

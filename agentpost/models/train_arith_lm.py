@@ -37,6 +37,7 @@ from agentpost.data.gsm8k import arithmetic_split
 from agentpost.evidence.hashing import sha256_file
 from agentpost.models import arith_lm as A
 from agentpost.models.schedules import warmup_cosine
+from agentpost.models.trainer import save_checkpoint
 
 
 @dataclass
@@ -187,11 +188,7 @@ def train(out_dir: Path = A.ASSET_DIR, hp: Hyper = Hyper(), arch: dict | None = 
     train_s = time.time() - t0
 
     out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(str(out_dir))
-    model.generation_config.save_pretrained(str(out_dir))
-    tok.save_pretrained(str(out_dir))
-    weights = out_dir / "model.safetensors"
+    checkpoint = save_checkpoint(model, tok, out_dir)
 
     t_ev = time.time()
     model.eval()
@@ -227,7 +224,7 @@ def train(out_dir: Path = A.ASSET_DIR, hp: Hyper = Hyper(), arch: dict | None = 
         "evaluation_greedy": ev,
         "wall_s": {"train": round(train_s, 1), "eval": round(time.time() - t_ev, 1), "total": round(time.time() - t0, 1)},
         "device": f"cpu ({hp.threads} threads)" if device == "cpu" else device,
-        "checkpoint": {"file": weights.name, "bytes": weights.stat().st_size, "sha256": sha256_file(weights)},
+        "checkpoint": checkpoint,
         "versions": _versions(),
     }
     (out_dir / "receipt.json").write_text(json.dumps(receipt, indent=2) + "\n")

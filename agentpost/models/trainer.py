@@ -50,3 +50,19 @@ def perplexity(model, ids: np.ndarray, length: int, n_words: int) -> dict:
         total += F.cross_entropy(logits[0], chunk[0, 1:], reduction="sum").item()
         count += chunk.shape[1] - 1
     return {"token_ppl": math.exp(total / count), "word_ppl": math.exp(total / n_words), "tokens": count, "words": n_words}
+
+
+def save_checkpoint(model, tokenizer, out_dir) -> dict:
+    """Write a Hugging Face causal LM (weights, config, generation config) and its tokenizer to ``out_dir``;
+    returns the receipt's ``checkpoint`` entry (file name, bytes, sha256 of the weights)."""
+    from pathlib import Path
+
+    from agentpost.evidence.hashing import sha256_file
+
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(str(out_dir))
+    model.generation_config.save_pretrained(str(out_dir))
+    tokenizer.save_pretrained(str(out_dir))
+    weights = out_dir / "model.safetensors"
+    return {"file": weights.name, "bytes": weights.stat().st_size, "sha256": sha256_file(weights)}

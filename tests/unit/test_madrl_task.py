@@ -1,11 +1,14 @@
 """MaD-RL diagnostic parts: the GSM8K first-annotation classifier, the character GRU and its stacked copies."""
 
+from functools import partial
+
 import pytest
 import torch
 
 from agentpost.madrl.gru import EOS, CharGRU, GRUConfig, decode, encode, prompt_ids
 from agentpost.madrl.stacked import StackedGRU
 from agentpost.madrl.task import CATEGORIES, annotation_correct, classify, operation_category, prompt_text
+from agentpost.madrl.policies import GRUPolicy
 from agentpost.madrl.train import extended_jsd, sample
 
 
@@ -56,11 +59,14 @@ def test_stacked_copies_equal_nn_gru():
 
 def test_sampling_stops_and_masks():
     torch.manual_seed(0)
-    stack = StackedGRU(CharGRU(GRUConfig(embed=8, hidden=16)), 2)
-    comp, logp, mask = sample(stack, torch.randint(3, 90, (2, 5, 6)), 12, torch.Generator().manual_seed(0))
+    policy = GRUPolicy(CharGRU(GRUConfig(embed=8, hidden=16)), 2)
+    ids = torch.randint(3, 90, (2, 5, 6))
+    comp, logp, mask = sample(policy, ids, torch.ones_like(ids), 12, torch.Generator().manual_seed(0))
     assert comp.shape == logp.shape == mask.shape and comp.shape[:2] == (2, 5)
     assert (logp[~mask] == 0).all() and (logp[mask] < 0).all()
     assert (comp[~mask] == 0).all()
+    # the sampling log-probabilities are the teacher-forced ones of the same completions
+    torch.testing.assert_close(policy.logp(ids, torch.ones_like(ids), comp)[mask], logp[mask], rtol=1e-5, atol=1e-5)
 
 
 def test_extended_jsd_counts_invalid_as_distance():
@@ -75,7 +81,7 @@ def _tiny_setup():
     torch.manual_seed(0)
     base = CharGRU(GRUConfig(embed=8, hidden=16, prompt_chars=8, max_new_chars=6))
     probs = [Problem(f"question {i} how many?", "<<1+2=3>>", 0) for i in range(6)]
-    return base, probs
+    return partial(GRUPolicy, base), probs
 
 
 def test_run_diagnostic_refuses_bad_input_before_work():
@@ -107,3 +113,59 @@ def test_run_diagnostic_end_to_end_on_a_tiny_model():
     for f in out["final"]:
         assert f["jsd_per_prompt"].shape == (3,) and f["pooled_counts"].sum() == 12
         assert (f["pooled_correct"] <= f["pooled_counts"]).all()
+
+
+def test_per_run_learning_rates_and_copy_cap_give_every_run_a_result():
+    from agentpost.madrl.train import DiagConfig, Run, run_diagnostic
+
+    base, probs = _tiny_setup()
+    cfg = DiagConfig(steps=1, prompts_per_step=2, group_size=4, lr=1e-2, eval_prompts=2, eval_samples=2,
+                     max_new_chars=6, copies_per_policy=1)
+    runs = [Run("jsd", "u", 0, lr=1e-3), Run("l2", "u", 0), Run("correctness", "u", 1, lr=1e-3)]
+    out = run_diagnostic(base, runs, {"u": [0.2] * 5}, probs, probs, cfg, sample_seed=0, progress=False)
+    assert all(f is not None and f["pooled_counts"].sum() == 4 for f in out["final"])
+    with pytest.raises(ValueError, match="learning rate -1"):
+        run_diagnostic(base, [Run("jsd", "u", 0, lr=-1.0)], {"u": [0.2] * 5}, probs, probs, cfg, sample_seed=0)
+
+
+def test_validation_split_is_fixed_disjoint_and_from_train():
+    from agentpost.madrl.task import Problem, split_validation
+
+    probs = [Problem(f"q{i}", "<<1+2=3>>", 0) for i in range(20)]
+    rl, val = split_validation(probs, 5)
+    assert len(rl) == 15 and len(val) == 5 and not {p.question for p in rl} & {p.question for p in val}
+    assert split_validation(probs, 5) == (rl, val)
+    with pytest.raises(ValueError, match="n_validation"):
+        split_validation(probs, 20)
+
+
+def test_selection_scores_each_arm_by_its_own_objective():
+    from agentpost.madrl.train import selection_score
+
+    assert selection_score("correctness", 0.3, 0.6, 1.0) == -0.6
+    assert selection_score("jsd", 0.3, 0.6, 1.0) == 0.3
+    assert selection_score("mixture", 0.3, 0.6, 0.5) == pytest.approx(0.0)
+
+
+def test_learning_rate_selection_evaluates_on_validation_prompts_only():
+    from agentpost.madrl.task import Problem
+    from agentpost.madrl.train import DiagConfig, select_learning_rates
+
+    make, probs = _tiny_setup()
+    validation = [Problem(f"validation {i} how much?", "<<2*3=6>>", 2) for i in range(3)]
+    cfg = DiagConfig(steps=1, prompts_per_step=2, group_size=4, lr=1e-2, eval_prompts=3, eval_samples=2,
+                     max_new_chars=6)
+    seen = []
+    def spy(copies):
+        policy = make(copies)
+        encode = policy.encode
+        policy.encode = lambda items: (seen.extend(items), encode(items))[1]
+        return policy
+    chosen, rows = select_learning_rates(spy, ["correctness", "jsd"], {"u": [0.2] * 5}, probs, validation, cfg,
+                                         [1e-2, 1e-3], seed=0, progress=False)
+    assert set(chosen) == {"correctness", "jsd"} and set(chosen.values()) <= {1e-2, 1e-3}
+    assert len(rows) == 4 and {r["lr"] for r in rows} == {1e-2, 1e-3}
+    evaluated = {p.question for p in seen if p.question.startswith("validation")}
+    assert evaluated == {p.question for p in validation}
+    with pytest.raises(ValueError, match="lr_grid"):
+        select_learning_rates(make, ["jsd"], {"u": [0.2] * 5}, probs, validation, cfg, [], seed=0)
