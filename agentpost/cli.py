@@ -110,6 +110,49 @@ def _cmd_ledger(args) -> int:
     return 0
 
 
+def _num(x, spec: str = "+.4g") -> str:
+    return "-" if x is None else format(x, spec)
+
+
+def _profile_of(chapter_id: str, profile: str):
+    from agentpost.catalogue import chapter
+
+    try:
+        ch = chapter(chapter_id)
+    except KeyError as err:
+        raise UsageError(str(err).strip("'\"")) from None
+    if profile not in ch.profiles:
+        raise UsageError(f"chapter {chapter_id} has no profile {profile!r} (profiles: {', '.join(ch.profiles)})")
+    if not ch.comparisons:
+        raise UsageError(f"chapter {chapter_id} declares no comparison (catalogue: agentpost/catalogue/{chapter_id}.yaml)")
+    return ch
+
+
+def _cmd_compare(args) -> int:
+    from agentpost.evidence.comparisons import compute
+
+    _profile_of(args.chapter, args.profile)
+    computed = compute(args.chapter, args.profile)
+    seeds = sorted({s for c in computed for s in c.seeds})
+    print(f"{args.chapter} / {args.profile}: declared comparisons across seed runs {seeds or 'none'}")
+    print(f"{'comparison':34} {'claim':5} {'b - a':30} {'estimate':>10} {'95% CI':>22} {'MDE':>8} {'margin':>7} "
+          f"{'seeds x items':>13}  verdict")
+    for c in computed:
+        r = c.result or {}
+        ci = f"[{_num(r.get('ci_low'))}, {_num(r.get('ci_high'))}]" if r else "-"
+        shape = f"{r['n_seeds']} x {r['n_items']}" if r else "-"
+        print(f"{c.comparison.id[:34]:34} {c.comparison.claim:5} {(c.comparison.b + ' - ' + c.comparison.a)[:30]:30} "
+              f"{_num(r.get('estimate')):>10} {ci:>22} {_num(r.get('mde'), '.3g'):>8} "
+              f"{c.comparison.min_effect:>7.3g} {shape:>13}  {c.verdict}")
+    for c in computed:
+        if c.problem:
+            print(f"  {c.comparison.id}: not computed: {c.problem}")
+        if c.copies:
+            print(f"  {c.comparison.id}: seeds {sorted(c.copies)} recorded the same outcomes as seeds "
+                  f"{[c.copies[s] for s in sorted(c.copies)]}; a copy is not a replication and was left out")
+    return 0
+
+
 def _claim_tests(root: Path) -> Path:
     """Run the claim-marked unit and kernel tests; their claims plugin writes the report the ledger reads."""
     import subprocess
@@ -235,6 +278,14 @@ def build_parser() -> argparse.ArgumentParser:
     _add_backend_options(book)
     book.add_argument("--skip-runs", action="store_true", help="build from the runs already recorded")
     book.add_argument("--claims-report", default=None, help="outcomes of claim tests (default: run them now)")
+
+    cmp_ = command("compare", _cmd_compare, "compute a chapter's declared comparisons across its seed runs",
+                   "Compute the chapter's declared comparisons (agentpost/catalogue/<chapter>.yaml, `comparisons:`)\n"
+                   "across the seed runs of the newest configuration of a profile: one seed = one papermill run.\n"
+                   "Verdicts: better/worse (a difference that matters), ... may be negligible (detectable, within\n"
+                   "reach of the margin), equivalent (inside the margin), inconclusive, no information.")
+    cmp_.add_argument("chapter", metavar="CHAPTER", help="chapter id (see `agentpost list`)")
+    cmp_.add_argument("--profile", default="smoke", help="parameter profile whose runs are compared")
 
     ref = command("refresh", _cmd_refresh, "re-execute notebooks in place with their default (smoke) parameters")
     ref.add_argument("chapters", nargs="+", metavar="CHAPTER", help="chapter ids")

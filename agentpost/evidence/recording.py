@@ -98,6 +98,12 @@ def rendering_problem(bundle: dict) -> str | None:
     shown_html = "".join(bundle.get("text/html", ""))
     if shown_html.startswith(f'<code class="agentpost-glue">{html.escape(name)}</code>: '):
         return None  # glue_paired
+    if shown_html.startswith('<pre class="agentpost-outcomes">'):
+        from agentpost.evidence.outcomes import outcomes_html, outcomes_text
+
+        if text != outcomes_text(data) or shown_html != outcomes_html(data):
+            return "its per-arm summary differs from its recorded outcomes"
+        return None
     if shown_html.startswith('<code class="agentpost-glue">'):
         expected = format_value(_order_like(data, text))
         if text != expected:

@@ -1,0 +1,169 @@
+"""The chapter's declared comparisons, computed across the seed runs of a profile configuration.
+
+Each papermill run is one seed and records every arm's per-item outcomes once
+(:func:`agentpost.evidence.outcomes.record_outcomes`). A comparison is declared once in the chapter's catalogue
+entry (:class:`agentpost.catalogue.Comparison`); this module reads the valid runs of the newest configuration
+(all but the seed equal), pairs the two arms item by item *by item id* within each seed, checks that both arms
+started from the same facts (checkpoint, data, updates, token cap: :class:`agentpost.stats.ArmMeta`, except the
+facts the declaration allows to differ), drops seeds that are copies of another seed (identical per-item
+outcomes of both arms: a copy is not a replication), and calls :func:`agentpost.stats.compare`. Adding seeds to
+the same configuration (``agentpost run CHAPTER --seeds 45,46``) extends every comparison.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterable
+
+from agentpost.catalogue import Chapter, Comparison, chapter as chapter_of
+from agentpost.evidence.outcomes import PREFIX, REQUIRED_FACTS, fingerprint, is_outcomes
+
+#: Verdict classes that settle a question (a difference that matters, or practical equivalence).
+CONCLUSIVE_CLASSES = ("matters", "equivalent")
+
+
+@dataclass
+class Computed:
+    """One declared comparison computed over a configuration's seed runs (``result`` is ``PairedResult.as_dict()``
+    or None with ``problem`` saying why it could not be computed)."""
+
+    chapter: str
+    profile: str
+    comparison: Comparison
+    seeds: list[int] = field(default_factory=list)  # distinct replications used
+    copies: dict[int, int] = field(default_factory=dict)  # seed -> the earlier seed it copies
+    result: dict | None = None
+    problem: str | None = None
+    facts: dict = field(default_factory=dict)  # arm -> facts of the first seed (what the arms did)
+
+    @property
+    def verdict(self) -> str:
+        return self.result["verdict"] if self.result else "not computed"
+
+    @property
+    def verdict_class(self) -> str | None:
+        return (self.result or {}).get("verdict_class")
+
+    @property
+    def conclusive(self) -> bool:
+        return self.verdict_class in CONCLUSIVE_CLASSES
+
+
+def _seed_outcomes(runs, metric: str) -> dict[int, dict]:
+    """``{seed: outcomes data}`` of ``metric`` from the runs' receipts (runs without it are left out)."""
+    found = {}
+    for run in runs:
+        data = run.receipt.get("metrics", {}).get(PREFIX + metric)
+        if is_outcomes(data):
+            found[int(run.receipt["seed"])] = data
+    return dict(sorted(found.items()))
+
+
+def _arm_meta(facts: dict, like: dict | None, may_differ: tuple[str, ...]):
+    from agentpost.stats.paired import ArmMeta
+
+    values = {k: facts.get(k) for k in REQUIRED_FACTS}
+    if like is not None:
+        values.update({k: like.get(k) for k in may_differ if k in REQUIRED_FACTS})
+    return ArmMeta(**values)
+
+
+def compute_one(chapter_id: str, profile: str, comparison: Comparison, runs) -> Computed:
+    """``comparison`` over ``runs`` (the valid runs of one configuration)."""
+    from agentpost.stats.paired import ProtocolError, _check_meta, compare
+
+    out = Computed(chapter_id, profile, comparison)
+    by_seed = _seed_outcomes(runs, comparison.metric)
+    if not by_seed:
+        out.problem = f"no run records outcomes_{comparison.metric}"
+        return out
+    a_vals, b_vals, seen = {}, {}, {}
+    for seed, data in by_seed.items():
+        arms = data["arms"]
+        missing = [arm for arm in (comparison.a, comparison.b) if arm not in arms]
+        if missing:
+            out.problem = f"seed {seed}: outcomes_{comparison.metric} has no arm {', '.join(missing)}"
+            return out
+        key = fingerprint(data["items"], arms[comparison.a], arms[comparison.b])
+        if key in seen:
+            out.copies[seed] = seen[key]
+            continue
+        seen[key] = seed
+        items = data["items"]
+        a_vals[seed] = dict(zip(items, arms[comparison.a]))
+        b_vals[seed] = dict(zip(items, arms[comparison.b]))
+        if not out.facts:
+            out.facts = {arm: data["facts"][arm] for arm in (comparison.a, comparison.b)}
+    out.seeds = sorted(a_vals)
+    first = by_seed[out.seeds[0]]
+    meta_a = _arm_meta(first["facts"][comparison.a], None, ())
+    meta_b = _arm_meta(first["facts"][comparison.b], first["facts"][comparison.a], comparison.may_differ)
+    try:
+        for seed in out.seeds[1:]:  # every seed's arms must match too, not only the first
+            facts = by_seed[seed]["facts"]
+            _check_meta(_arm_meta(facts[comparison.a], None, ()),
+                        _arm_meta(facts[comparison.b], facts[comparison.a], comparison.may_differ))
+        if comparison.shared_items:
+            order = list(a_vals[out.seeds[0]])
+            for seed in out.seeds:
+                if set(a_vals[seed]) != set(order):
+                    raise ProtocolError(f"items: {comparison.items} design, but seed {seed} scored other items than "
+                                        f"seed {out.seeds[0]} (declare items: nested, or score the same items)")
+            a = {s: [a_vals[s][i] for i in order] for s in out.seeds}
+            b = {s: [b_vals[s][i] for i in order] for s in out.seeds}
+        else:
+            a = {s: list(a_vals[s].values()) for s in out.seeds}
+            b = {s: [b_vals[s][i] for i in a_vals[s]] for s in out.seeds}
+        kwargs = {"bounds": comparison.bounds} if comparison.bounds is not None else {}
+        result = compare(a, b, meta_a=meta_a, meta_b=meta_b, higher_is_better=comparison.higher_is_better,
+                         min_effect=comparison.min_effect, shared_items=comparison.shared_items,
+                         name_a=comparison.a, name_b=comparison.b, **kwargs)
+    except ProtocolError as err:
+        out.problem = str(err)
+        return out
+    out.result = result.as_dict()
+    return out
+
+
+def configuration_runs(chapter_id: str, profile: str, runs: dict | None = None) -> list:
+    """The valid, non-ad-hoc runs of the newest configuration of (chapter, profile)."""
+    from agentpost.evidence.levels import collect_runs, newest_configuration
+
+    runs = collect_runs(chapter_id) if runs is None else runs
+    return [r for r in newest_configuration(runs.get((chapter_id, profile), [])) if r.valid_ok and not r.adhoc]
+
+
+def compute(chapter_id: str, profile: str, runs: dict | None = None) -> list[Computed]:
+    """Every declared comparison of ``chapter_id`` over the newest configuration of ``profile``."""
+    chapter: Chapter = chapter_of(chapter_id)
+    group = configuration_runs(chapter_id, profile, runs)
+    return [compute_one(chapter_id, profile, c, group) for c in chapter.comparisons]
+
+
+def compute_all(runs: dict) -> dict[tuple[str, str], list[Computed]]:
+    """Declared comparisons of every (chapter, profile) in ``runs`` (as :func:`~agentpost.evidence.levels.collect_runs`
+    returns them) whose chapter declares any."""
+    out = {}
+    for chapter_id, profile in sorted(runs, key=str):
+        try:
+            chapter = chapter_of(chapter_id)
+        except (KeyError, TypeError):
+            continue
+        if chapter.comparisons:
+            out[(chapter_id, profile)] = compute(chapter_id, profile, runs)
+    return out
+
+
+def table(computed: Iterable[Computed]) -> list[dict]:
+    """Rows for printing and pages: one per comparison, in declaration order."""
+    rows = []
+    for c in computed:
+        r = c.result or {}
+        rows.append({
+            "comparison": c.comparison.id, "claim": c.comparison.claim, "b - a": f"{c.comparison.b} - {c.comparison.a}",
+            "estimate": r.get("estimate"), "ci_low": r.get("ci_low"), "ci_high": r.get("ci_high"),
+            "mde": r.get("mde"), "min_effect": c.comparison.min_effect, "verdict": c.verdict,
+            "class": c.verdict_class, "seeds": len(c.seeds), "items": r.get("n_items"),
+            "headline": c.comparison.headline, "problem": c.problem,
+        })
+    return rows
