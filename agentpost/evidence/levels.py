@@ -134,7 +134,22 @@ def _outcome(group: list[Run], metrics: tuple[str, ...]) -> str:
     return "; ".join(parts)
 
 
-def claim_status(chapter: Chapter, claim: Claim, tests: dict, runs: dict[tuple[str, str], list[Run]]) -> ClaimStatus:
+def _declared_outcome(computed: list) -> str:
+    """The claim's declared comparisons as the ledger's outcome note: verdict class, estimate, CI and margin."""
+    parts = []
+    for c in computed:
+        if c.result is None:
+            parts.append(f"{c.comparison.id}: not computed ({c.problem})")
+            continue
+        r = c.result
+        parts.append(f"{c.comparison.id}: {c.verdict} ({c.comparison.b} − {c.comparison.a} {r['estimate']:+.3g}, "
+                     f"95% CI [{r['ci_low']:+.3g}, {r['ci_high']:+.3g}], margin {c.comparison.min_effect:.3g}, "
+                     f"{len(c.seeds)} seeds; {'conclusive' if c.conclusive else 'inconclusive'})")
+    return "; ".join(parts)
+
+
+def claim_status(chapter: Chapter, claim: Claim, tests: dict, runs: dict[tuple[str, str], list[Run]],
+                 computed: dict | None = None) -> ClaimStatus:
     levels = dict.fromkeys(LEVELS, False)
     notes = {}
     t = tests.get(f"{chapter.id}/{claim.id}")
@@ -149,6 +164,9 @@ def claim_status(chapter: Chapter, claim: Claim, tests: dict, runs: dict[tuple[s
             continue
         group = [r for r in newest_configuration(chapter_runs) if r.valid_ok and not r.adhoc]
         seeds = {r.receipt["seed"] for r in group}
+        mine = [c for c in (computed or {}).get((cid, profile), []) if c.comparison.claim == claim.id]
+        if mine:  # declared comparisons count distinct replications only (copies are left out)
+            seeds = set().union(*(c.seeds for c in mine))
         if len(seeds) < min_seeds or not _has_metrics(group, claim.metrics):
             continue
         receipts = [r.receipt for r in group]
@@ -162,12 +180,12 @@ def claim_status(chapter: Chapter, claim: Claim, tests: dict, runs: dict[tuple[s
         for lvl in reached:
             levels[lvl] = True
             notes[lvl] = f"profile {profile}, seeds {sorted(seeds)}"
-        if outcome := _outcome(group, claim.metrics):
+        if outcome := _declared_outcome(mine) or _outcome(group, claim.metrics):
             notes["outcome"] = outcome
     if not claim.metrics:
         notes.setdefault("diagnostic", "no metric is tied to this claim")
     return ClaimStatus(chapter, claim, levels, notes)
 
 
-def ledger_rows(tests: dict, runs) -> list[ClaimStatus]:
-    return [claim_status(ch, cl, tests, runs) for ch in chapters() for cl in ch.claims]
+def ledger_rows(tests: dict, runs, computed: dict | None = None) -> list[ClaimStatus]:
+    return [claim_status(ch, cl, tests, runs, computed) for ch in chapters() for cl in ch.claims]

@@ -164,3 +164,20 @@ def test_every_declared_comparison_names_a_claim_and_a_reason():
     for ch in chapters():
         for c in ch.comparisons:
             assert c.why and c.claim in {cl.id for cl in ch.claims}, (ch.id, c.id)
+
+
+def test_comparisons_section_draws_a_forest_plot(tmp_path):
+    from agentpost.evidence.comparison_pages import comparisons_section, headline_section
+
+    rng = np.random.default_rng(1)
+    items = [f"q{i}" for i in range(30)]
+    runs = [fake_run(s, {"a": (a := rng.normal(size=30)), "b": a + 1 + rng.normal(scale=0.1, size=30)}, items)
+            for s in (1, 2, 3)]
+    headline = Comparison(**{**COMP.__dict__, "headline": True})
+    computed = [compute_one("x", "smoke", headline, runs),
+                compute_one("x", "smoke", Comparison(**{**COMP.__dict__, "id": "b_vs_c", "a": "c"}), runs)]
+    lines = comparisons_section("x", "smoke", computed, tmp_path)
+    text = "\n".join(lines)
+    assert (tmp_path / "x-smoke-forest.png").stat().st_size > 1000
+    assert "`b_vs_a` ★" in text and "not computed: seed 1: outcomes_acc has no arm c" in text
+    assert "| x | smoke | `b_vs_a` | C1 |" in headline_section({("x", "smoke"): computed})
