@@ -17,10 +17,11 @@ from agentpost.catalogue import Chapter, chapters
 from agentpost.evidence import receipt as rc
 from agentpost.evidence.levels import LEVELS, ClaimStatus, Run, collect_runs, ledger_rows, newest_configuration, read_claims_report
 from agentpost.evidence.comparison_pages import comparisons_section, headline_section
-from agentpost.evidence.comparisons import compute_all
+from agentpost.evidence.comparisons import compute, compute_all
 from agentpost.evidence.paired_table import paired_rows
 from agentpost.evidence.recording import format_value
 from agentpost.evidence.spread import spread_section
+from agentpost.evidence.verdicts import write_verdicts
 from agentpost.project import project_root
 
 GENERATED = "book/generated"
@@ -156,7 +157,8 @@ def toc(started: list[Chapter]) -> dict:
         {"caption": "Reading the evidence",
          "chapters": [{"file": "book/evidence-levels"}, {"file": "book/receipts"}, {"file": f"{GENERATED}/ledger"}]},
         {"caption": "Chapters",
-         "chapters": [{"file": f"notebooks/{c.id}", "sections": [{"file": f"{GENERATED}/evidence/{c.id}"}]} for c in started]},
+         "chapters": [{"file": f"notebooks/{c.id}", "sections": [{"file": f"{GENERATED}/evidence/{c.id}"}]
+                       + ([{"file": f"{GENERATED}/verdicts/{c.id}"}] if c.comparisons else []) for c in started]},
     ]
     return {"format": "jb-book", "root": "book/intro", "parts": parts}
 
@@ -196,6 +198,9 @@ def write_ledger(tests_report: Path | None = None) -> list[ClaimStatus]:
                                                                if paired else ""))
         for ch in started:
             rc.write_atomic(ev_dir / f"{ch.id}.md", evidence_page(ch, runs, rows, ev_dir, computed))
+            if ch.comparisons:  # every profile, so prose citing a profile's verdict always finds its glued value
+                write_verdicts(ch, {p: computed.get((ch.id, p)) or compute(ch.id, p, runs) for p in ch.profiles},
+                               tmp / "verdicts")
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

@@ -181,3 +181,24 @@ def test_comparisons_section_draws_a_forest_plot(tmp_path):
     assert (tmp_path / "x-smoke-forest.png").stat().st_size > 1000
     assert "`b_vs_a` ★" in text and "not computed: seed 1: outcomes_acc has no arm c" in text
     assert "| x | smoke | `b_vs_a` | C1 |" in headline_section({("x", "smoke"): computed})
+
+
+def test_verdicts_notebook_glues_values_prose_can_cite(tmp_path):
+    from agentpost.catalogue import chapter
+    from agentpost.evidence.recording import read_scraps
+    from agentpost.evidence.verdicts import write_verdicts
+
+    rng = np.random.default_rng(2)
+    items = [f"q{i}" for i in range(30)]
+    runs = [fake_run(s, {"a": (a := rng.normal(size=30)), "b": a + 1 + rng.normal(scale=0.1, size=30)}, items)
+            for s in (1, 2, 3)]
+    computed = {"smoke": [compute_one("x", "smoke", COMP, runs)], "a100-hub": [compute_one("x", "a100-hub", COMP, [])]}
+    path = write_verdicts(chapter("kite"), computed, tmp_path)
+    import json
+
+    scraps = read_scraps(json.loads(path.read_text()))
+    assert scraps["smoke_b_vs_a_seeds"] == 3 and scraps["smoke_b_vs_a_estimate"] == pytest.approx(1, abs=0.1)
+    assert scraps["a100_hub_b_vs_a_verdict"].startswith("not computed")
+    nbformat = pytest.importorskip("nbformat")
+    nbformat.validate(nbformat.reads(path.read_text(), as_version=4))
+    assert not list(tmp_path.glob(".*png"))  # the plot is inside the notebook
