@@ -5,7 +5,8 @@ A chapter notebook is one seed; its declared comparisons are computed across a p
 ``book/generated/verdicts/<chapter>.ipynb``: for each profile with runs, the forest plot and, per declared
 comparison, glued values named ``<profile>_<comparison id>_<field>`` (``verdict``, ``estimate``, ``ci_low``,
 ``ci_high``, ``mde``, ``seeds``; ``-`` in a profile name becomes ``_``). The chapter's prose cites them with
-``{glue:text}`../book/generated/verdicts/<chapter>.ipynb::smoke_<id>_verdict```. Its outputs are written with the
+``{glue:text}`../book/generated/verdicts/<chapter>.ipynb::smoke_<id>_verdict:s``` (a format spec is needed
+after a ``path::key``: myst-nb splits the format at the last colon) or ``...::smoke_<id>_estimate:+.3f``. Its outputs are written with the
 notebook (the same display bundles :func:`agentpost.evidence.glue` makes); its code cell recomputes them when the
 notebook is run by hand.
 """
