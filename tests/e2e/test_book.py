@@ -19,16 +19,21 @@ def test_ledger_and_book_build(tiny_runs, tmp_path):
     assert level["C1"] == "**mechanism**"  # tests passed, no metric tied
     assert level["C2"] == "**none**"  # a failing test withholds the level
     assert level["C3"] == "**diagnostic**"  # three valid seeds record its metrics
-    assert "paired_verdict = " in section  # the level comes with what the evidence says
+    assert "trigram_vs_bigram: " in section and "3 seeds;" in section  # the level comes with the declared verdict
     assert "test_nll_trigram_nats = " in section and "(mean of 3 seeds)" in section
     assert "| [opsd](#opsd) | not started |" in page
     evidence = (project / "book" / "generated" / "evidence" / "paired-protocol.md").read_text()
-    assert "## Profile `tiny`" in evidence and "| 42 | ok | yes" in evidence and "paired_trigram_vs_bigram" in evidence
+    assert "## Profile `tiny`" in evidence and "| 42 | ok | yes" in evidence and "`trigram_vs_bigram` ★" in evidence
+    assert "paired-protocol-tiny-forest.png" in evidence
 
     book = agentpost(project, "book", "--skip-runs", "--claims-report", str(report))
     assert book.returncode == 0, book.stdout[-3000:] + book.stderr[-3000:]
     html = project / "_build" / "html"
     chapter = (html / "notebooks" / "paired-protocol.html").read_text()
-    assert "interpolated trigram" in chapter and "Verdict:" in chapter
+    assert "interpolated trigram" in chapter and "Verdicts say how big" in chapter
+    # the chapter prose cites the across-seed verdict glued in the generated verdicts notebook (smoke: no runs here)
+    assert "not computed" in chapter
+    verdicts = (html / "book" / "generated" / "verdicts" / "paired-protocol.html").read_text()
+    assert "tiny_trigram_vs_bigram_verdict" in verdicts
     assert (html / "book" / "generated" / "ledger.html").is_file()
     assert "diagnostic" in (html / "book" / "generated" / "ledger.html").read_text()

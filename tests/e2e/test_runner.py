@@ -16,7 +16,8 @@ def test_batch_runs_writes_receipts_and_validates(tiny_runs):
     receipt = json.loads((runs[0] / "receipt.json").read_text())
     assert receipt["status"] == "ok" and receipt["seed"] == 42 and receipt["kind"] == "profile"
     assert receipt["parameters"]["train_fraction"] == 0.05 and receipt["overrides"] == {}
-    assert receipt["metrics"]["paired_verdict"] in {"better", "worse", "no detectable difference", "underpowered"}
+    outcomes = receipt["metrics"]["outcomes_test_nll"]  # one run = one subsample: per-article NLL of both arms
+    assert set(outcomes["arms"]) == {"add_k_bigram", "interpolated_trigram"} and len(outcomes["items"]) == 60
     assert set(receipt["hashes"]) == {"source_notebook", "parameters", "code_tree", "data", "output_notebook"}
     assert "wikitext-2/test.txt" in receipt["hashes"]["data"]
     assert receipt["peak_memory"]["host_rss_bytes"] > 10 * 2**20
@@ -68,12 +69,16 @@ def test_editing_a_metric_fails_validation_and_names_it(tiny_runs, tmp_path):
 
     shutil.rmtree(copy)
     shutil.copytree(run, copy)
-    nb = (copy / "notebook.ipynb").read_text()
-    verdict = json.loads((copy / "receipt.json").read_text())["metrics"]["paired_verdict"]
-    (copy / "notebook.ipynb").write_text(nb.replace(f'"data": "{verdict}"', '"data": "EDITED"'))
+    nb = json.loads((copy / "notebook.ipynb").read_text())
+    for cell in nb["cells"]:
+        for out in cell.get("outputs", []):
+            scrap = out.get("data", {}).get("application/scrapbook.scrap.json+json")
+            if scrap and scrap["name"] == "this_run_articles_trigram_better":
+                scrap["data"] += 1
+    (copy / "notebook.ipynb").write_text(json.dumps(nb))
     result = agentpost(project, "validate", str(copy))
     assert result.returncode == 1
-    assert "hashes.output_notebook" in result.stdout and "metrics.paired_verdict" in result.stdout
+    assert "hashes.output_notebook" in result.stdout and "metrics.this_run_articles_trigram_better" in result.stdout
 
 
 def _page_state(project):
@@ -125,3 +130,19 @@ def test_validate_on_a_fresh_checkout(tmp_path):
     fresh = make_project(tmp_path)
     result = agentpost(fresh, "validate")
     assert result.returncode == 0 and "0 run(s) checked" in result.stdout
+
+
+def test_each_seed_is_a_distinct_replication(tiny_runs):
+    """One run = one seed = one training subsample: every arm's per-item outcomes differ between any two seeds,
+    and `agentpost compare` computes the declared comparison over the three runs."""
+    project, _ = tiny_runs
+    runs = run_folders(project / "book" / "runs" / "paired-protocol" / "tiny")
+    outcomes = [json.loads((r / "receipt.json").read_text())["metrics"]["outcomes_test_nll"] for r in runs]
+    for arm in ("add_k_bigram", "interpolated_trigram"):
+        per_seed = [tuple(o["arms"][arm]) for o in outcomes]
+        assert len(set(per_seed)) == len(per_seed), arm
+    assert len({o["facts"]["add_k_bigram"]["checkpoint"] for o in outcomes}) == 3  # three training subsamples
+    result = agentpost(project, "compare", "paired-protocol", "--profile", "tiny")
+    assert result.returncode == 0, result.stderr
+    line = next(x for x in result.stdout.splitlines() if x.startswith("trigram_vs_bigram"))
+    assert "3 x 60" in line, result.stdout
