@@ -1,4 +1,5 @@
-"""Calibration of the paired protocol by simulation: CI coverage and false-positive rate per design.
+"""Calibration of the paired protocol by simulation: CI coverage, false-positive rate, verdict-class error rates
+and power at a floor, per design.
 
 Each simulated data set is a table of paired differences ``d[s, j] = mu + u_s + v_j + e_sj`` (seed effect ``u``,
 item effect ``v`` shared by every seed when items are crossed, item-level noise ``e``), all synthetic. For every
@@ -13,16 +14,31 @@ Estimators compared (the first is the protocol, the other two are references for
   bootstrap that resamples items within each seed for the CI, and a pooled paired t test (verdict when both agree);
 * ``bootstrap (reference)`` -- :func:`~agentpost.stats.paired.bootstrap_interval`, the percentile bootstrap over
   seeds (seeds and items when crossed), as reported in ``PairedResult.bootstrap_ci``.
+
+:func:`class_rates` checks the verdict classes (issue 27) against their nominal error rates: a difference declared
+at a true 0 (*matters* or *detectable*, at most alpha), a difference that *matters* at a true +-delta (at most
+alpha/2: one side of the 95% CI), *equivalent* at a true +-delta (at most alpha: TOST). :func:`bounded_power` checks
+that the MDE reported for 0/1 outcomes near a floor or ceiling is the effect the protocol detects 80% of the time.
 """
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 
 import numpy as np
 from scipy import stats as _st
 
-from agentpost.stats.paired import bootstrap_interval, crossed_t, seed_level_t, t_interval
+from agentpost.stats.paired import (
+    bootstrap_interval,
+    bounded_floor,
+    crossed_t,
+    floor_se,
+    minimum_detectable_effect,
+    seed_level_t,
+    t_interval,
+    verdict_class,
+)
 
 CHUNK = 50  # data sets resampled at once by the bootstrap references (memory: CHUNK x n_boot x seeds x items)
 
@@ -76,13 +92,22 @@ def simulate(design: Design, n_sets: int, mu: float, rng: np.random.Generator) -
     return d
 
 
-def v2_test(d: np.ndarray, shared_items: bool, *, alpha: float = 0.05):
-    """The protocol's ``(ci_low, ci_high, p)`` for each data set of ``d[..., seed, item]`` (as in ``compare``)."""
+def v2_estimates(d: np.ndarray, shared_items: bool, *, width: float | None = None):
+    """The protocol's ``(estimate, se, df)`` for each data set of ``d[..., seed, item]`` (as in ``compare``; ``width``:
+    the outcome range of bounded outcomes, whose variance floor then applies)."""
     if shared_items and d.shape[-1] > 1:
         est, se, df = crossed_t(d)
     else:
         est, se, df = seed_level_t(d.mean(axis=-1))
-    lo, hi, _, p = t_interval(est, se, df, alpha=alpha)
+    cells = d.shape[-2] * d.shape[-1]
+    floor = (bounded_floor(d, width, axis=(-2, -1)) if width else d.reshape(*d.shape[:-2], -1).var(axis=-1)) / cells
+    se, df, _ = floor_se(se, df, floor, d.shape[-2], bounded=width is not None)
+    return est, se, df
+
+
+def v2_test(d: np.ndarray, shared_items: bool, *, alpha: float = 0.05, width: float | None = None):
+    """The protocol's ``(ci_low, ci_high, p)`` for each data set of ``d[..., seed, item]`` (as in ``compare``)."""
+    lo, hi, _, p = t_interval(*v2_estimates(d, shared_items, width=width), alpha=alpha)
     return lo, hi, p
 
 
@@ -179,4 +204,98 @@ def calibrate(designs=DESIGNS, *, n_sets: int = 1000, mu: float = 0.2, alpha: fl
             rows.append({"design": design.name, "estimator": name, "n_seeds": design.n_seeds,
                          "n_items": design.n_items, "coverage": float(np.mean((lo <= mu) & (mu <= hi))),
                          "fpr": float(np.mean(significant)), "n_sets": n_sets})
+    return pd.DataFrame(rows)
+
+
+def true_se(design: Design) -> float:
+    """Standard error of the estimate under the simulated model: ``sqrt(s_u^2/S + s_v^2/n + s_e^2/(S n))``."""
+    s, n = design.n_seeds, design.n_items
+    return float(np.sqrt(design.seed_sd**2 / s + design.item_sd**2 / n + design.noise_sd**2 / (s * n)))
+
+
+def class_rates(designs=DESIGNS, *, n_sets: int = 4000, deltas_in_se=(1.5, 4.0), alpha: float = 0.05,
+                seed: int = 0):
+    """How often each verdict class is reached at a true difference of 0, +delta and -delta, per design.
+
+    ``delta`` (the smallest effect of interest) is each of ``deltas_in_se`` true standard errors of the design
+    (:func:`true_se`): a small one (equivalence out of reach) and a large one (equivalence reachable). Returns a
+    pandas DataFrame with one row per (design, delta, truth):
+    the rate of every class and ``error``: the rate of the class that is wrong at that truth (*matters* or
+    *detectable* at 0, whose nominal bound is alpha; *matters* at +-delta, alpha/2) and ``equivalent_error``
+    (*equivalent* at +-delta, alpha).
+    """
+    import pandas as pd
+
+    rows = []
+    for (i, design), (j, k) in itertools.product(enumerate(designs), enumerate(deltas_in_se)):
+        rng = np.random.default_rng([seed, i, j, 27])
+        delta = k * true_se(design)
+        for truth, mu in (("0", 0.0), ("+delta", delta), ("-delta", -delta)):
+            est, se, df = v2_estimates(simulate(design, n_sets, mu, rng), design.shared_items)
+            cls = verdict_class(est, se, df, delta, alpha=alpha)
+            rates = {c: float(np.mean(cls == c)) for c in ("matters", "detectable", "equivalent", "inconclusive")}
+            wrong = rates["matters"] + rates["detectable"] if mu == 0 else rates["matters"]
+            rows.append({"design": design.name, "delta_in_se": k, "truth": truth, "delta": delta, **rates, "error": wrong,
+                         "equivalent_error": rates["equivalent"] if mu else float("nan"), "n_sets": n_sets})
+    return pd.DataFrame(rows)
+
+
+@dataclass(frozen=True)
+class BoundedDesign:
+    """0/1 outcomes (synthetic): every (seed, item) cell of each arm succeeds with probability ``base_rate``; the
+    method arm moves it by the effect towards 1/2 (up at a floor, down at a ceiling)."""
+
+    name: str
+    n_seeds: int
+    n_items: int
+    base_rate: float
+    shared_items: bool = True
+
+
+#: Floor and ceiling designs of issue 27 (3 seeds x 200 items, success rates 0.02-0.05 or 0.97).
+BOUNDED_DESIGNS = (
+    BoundedDesign("floor 0.02, 3x200 shared", 3, 200, 0.02),
+    BoundedDesign("floor 0.05, 3x200 shared", 3, 200, 0.05),
+    BoundedDesign("floor 0.03, 3x200 nested", 3, 200, 0.03, shared_items=False),
+    BoundedDesign("ceiling 0.97, 3x200 shared", 3, 200, 0.97),
+)
+
+
+def simulate_bounded(design: BoundedDesign, n_sets: int, effect: float, rng: np.random.Generator) -> np.ndarray:
+    """Differences ``b - a`` of 0/1 outcomes, shape ``(n_sets, n_seeds, n_items)``."""
+    shape = (n_sets, design.n_seeds, design.n_items)
+    sign = 1.0 if design.base_rate < 0.5 else -1.0
+    a = rng.random(shape) < design.base_rate
+    b = rng.random(shape) < design.base_rate + sign * effect
+    return b.astype(np.float64) - a
+
+
+def bounded_power(designs=BOUNDED_DESIGNS, *, n_sets: int = 4000, n_mde: int = 300, alpha: float = 0.05,
+                  seed: int = 0, references: bool = True):
+    """Detection rate at the reported MDE for 0/1 outcomes near a floor or ceiling (target 0.8).
+
+    Per design: the median MDE ``compare`` reports on ``n_mde`` data sets without an effect (as a pilot would) is
+    taken as the true effect, and the share of ``n_sets`` data sets at that effect whose 95% CI excludes 0 on the
+    right side is the detection rate. Rows: ``protocol`` (outcomes bounded in [0, 1]: variance floor, MDE with the
+    effect's own variance) and, with ``references``, ``unbounded (reference)`` (the same data treated as unbounded,
+    as before issue 27).
+    """
+    import pandas as pd
+
+    rows = []
+    for i, design in enumerate(designs):
+        rng = np.random.default_rng([seed, i, 5])
+        pilots = simulate_bounded(design, n_mde, 0.0, rng)
+        sign = 1.0 if design.base_rate < 0.5 else -1.0
+        for name, width in (("protocol", 1.0), ("unbounded (reference)", None))[:2 if references else 1]:
+            est, se, df = v2_estimates(pilots, design.shared_items, width=width)
+            cells = design.n_seeds * design.n_items
+            mdes = [minimum_detectable_effect(s_, f_, alpha=alpha, bounded=None if width is None else (e_, 1.0, cells))
+                    for e_, s_, f_ in zip(est, se, df) if s_ > 0]
+            effect = float(np.median(mdes))
+            lo, hi, _ = v2_test(simulate_bounded(design, n_sets, effect, rng), design.shared_items, alpha=alpha,
+                                width=width)
+            detected = lo > 0 if sign > 0 else hi < 0
+            rows.append({"design": design.name, "estimator": name, "median_mde": effect,
+                         "detection_at_mde": float(np.mean(detected)), "n_sets": n_sets, "n_mde": n_mde})
     return pd.DataFrame(rows)

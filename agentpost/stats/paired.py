@@ -31,15 +31,29 @@ the crossed design, over seeds and items: Owen's pigeonhole bootstrap, Ann. Appl
 
 The minimum detectable effect comes from the same t model: the true difference a two-sided t test at ``alpha``
 with the estimated standard error and degrees of freedom detects with probability ``power`` (exact power from the
-noncentral t, ``scipy.stats.nct``). Verdict: *better*/*worse* when ``p < alpha``; otherwise *underpowered* when
-the MDE exceeds the smallest effect of interest ``min_effect``, else *no detectable difference*.
+noncentral t, ``scipy.stats.nct``).
+
+Verdicts say how big (issue 27). The smallest effect of interest ``min_effect`` = delta defines a region of practical
+equivalence [-delta, delta] (Kruschke's ROPE, 2018; Lakens's TOST equivalence test, 2017), and every result falls in
+one of :data:`VERDICT_CLASSES`: *matters* (the 95% CI lies wholly beyond delta on one side), *equivalent* (the 90%
+CI, i.e. two one-sided tests at ``alpha`` each, lies inside (-delta, delta)), *detectable* (the 95% CI excludes 0 but
+neither of the above: a difference that may be negligible), *inconclusive*, or *no_information* (every per-item
+difference is exactly zero). :data:`CONCLUSIVE` are the classes that decide a claim.
+
+Bounded outcomes (0/1 successes, or values declared ``bounds=(lo, hi)``) near a floor or ceiling get a standard error
+that cannot collapse: the variance of the estimate is floored at the pooled variance of the differences, shrunk by
+half a pseudo-pair in each cell of the paired 2 x 2 table (Agresti & Min, "Simple improved confidence intervals for
+comparing matched proportions", Stat. Med. 2005), divided by the number of cells; and the MDE counts the extra
+variance a true effect adds to bounded outcomes (see :func:`bounded_floor` and :func:`minimum_detectable_effect`).
 
 Differences are always ``b - a`` ("method minus baseline"); ``higher_is_better`` says which sign is "better".
 """
 
 from __future__ import annotations
 
+import functools
 import math
+import numbers
 import warnings
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Hashable, Iterable, Mapping, Sequence
@@ -49,6 +63,31 @@ from scipy import optimize as _opt
 from scipy import stats as _st
 
 MIN_SEEDS = 3
+
+#: The verdict classes, in the order a reader meets them, with what each means (``min_effect`` = delta).
+VERDICT_CLASSES = {
+    "matters": "the 95% CI lies wholly beyond the smallest effect of interest on one side: a difference that matters",
+    "detectable": "the 95% CI excludes 0 but is neither wholly beyond delta nor inside (-delta, delta): a detectable "
+                  "difference that may be negligible",
+    "equivalent": "the 90% CI (two one-sided tests at alpha) lies inside (-delta, delta): practically equivalent",
+    "inconclusive": "none of the above: the data cannot tell (the planner says how many seeds x items would)",
+    "no_information": "identical arms: every per-item difference is exactly zero, nothing to learn",
+}
+#: The classes that decide a claim one way or the other.
+CONCLUSIVE = ("matters", "equivalent")
+
+#: Smallest degrees of freedom a t reference gets. Satterthwaite's df for a combination of mean squares with a
+#: negative coefficient (the crossed design's ``MS_item - MS_resid``) can fall far below 1 (0.2 for 0/1 outcomes
+#: with equal seed means), where the t quantiles and the MDE search blow up; 1 df (the Cauchy) is the widest usual
+#: reference and keeps every result finite.
+DF_FLOOR = 1.0
+
+#: Draw counts one bootstrap chunk may hold (replicates x (seeds + items)); larger inputs are resampled chunk by
+#: chunk, which gives the same distribution of replicates.
+BOOT_CHUNK_ELEMENTS = 1 << 22
+#: Most index draws (replicates x (seeds + items)) ``compare`` spends on its reported bootstrap interval; beyond it
+#: the number of replicates is reduced (3 seeds x 40,000 shared items: 838 replicates) and ``method`` says so.
+BOOT_MAX_DRAWS = 1 << 25
 
 
 class ProtocolError(ValueError):
@@ -99,7 +138,12 @@ class PairedResult:
     min_effect: float
     alpha: float
     higher_is_better: bool
-    verdict: str
+    verdict: str  # short label: better / worse / "better, may be negligible" / equivalent / inconclusive / ...
+    verdict_class: str  # one of VERDICT_CLASSES
+    direction: str | None  # "better" | "worse" when the 95% CI excludes 0, else None
+    ci90_low: float  # the 90% CI of the equivalence test (TOST at alpha per side)
+    ci90_high: float
+    bounds: list[float] | None  # outcome bounds (0/1 outcomes detected, or declared) that floored the variance
     variance_components: dict[str, float | None]
     per_seed_mean_diff: dict[str, float]
     wilcoxon_pvalue: float  # signed-rank test on the seed means (robustness check, not used for the verdict)
@@ -112,11 +156,14 @@ class PairedResult:
     def summary(self) -> str:
         arrow = "higher" if self.higher_is_better else "lower"
         items = f"{self.n_items} shared items" if self.design == "crossed" else f"{self.n_items} items nested in seeds"
+        cls = self.verdict_class.replace("_", " ")
+        if self.verdict_class == "equivalent" and self.direction:
+            cls += f" (detectably {self.direction}, by less than the smallest effect of interest)"
         return (
             f"{self.name_b} - {self.name_a}: {self.estimate:+.4g} "
             f"(95% CI [{self.ci_low:+.4g}, {self.ci_high:+.4g}], {self.n_seeds} seeds x {items}; "
             f"t({self.df:.3g}) p={self.p_value:.3g}; MDE@80% {self.mde:.3g} vs smallest effect of interest "
-            f"{self.min_effect:.3g}; {arrow} is better) -> {self.verdict}"
+            f"{self.min_effect:.3g}; {arrow} is better) -> {self.verdict} [{cls}]"
         )
 
 
@@ -129,7 +176,48 @@ def _check_meta(meta_a: ArmMeta, meta_b: ArmMeta) -> None:
             raise ProtocolError(f"arms differ in {name}: {va!r} vs {vb!r}; a paired comparison needs them equal")
 
 
-def _paired_arrays(a: Mapping[Hashable, Sequence[float]], b: Mapping[Hashable, Sequence[float]]):
+def _labelled(x, where: str) -> tuple[list | None, np.ndarray]:
+    """``(item ids or None, 1-D float values)`` of one arm's values at one seed: a pandas Series (ids = index), a
+    ``{item_id: value}`` mapping, or a positional 1-D sequence."""
+    if isinstance(x, Mapping):
+        ids, values = list(x.keys()), list(x.values())
+    elif hasattr(x, "index") and hasattr(x, "to_numpy"):  # pandas Series (a DataFrame is refused below as 2-D)
+        ids, values = (list(x.index) if getattr(x, "ndim", 1) == 1 else None), x.to_numpy()
+    else:
+        ids, values = None, x
+    try:
+        arr = np.asarray(values, dtype=np.float64)
+    except (TypeError, ValueError) as err:
+        raise ProtocolError(f"{where}: values are not numbers ({err})") from None
+    if arr.ndim != 1:
+        raise ProtocolError(f"{where}: per-item values must be one-dimensional, got shape {arr.shape}")
+    if ids is not None and len(set(ids)) != len(ids):
+        raise ProtocolError(f"{where}: duplicate item ids")
+    return ids, arr
+
+
+def _aligned(xa, xb, order, where: str):
+    """Arm values of one seed as two arrays in ``order`` (item ids) or in position; refuses mismatches."""
+    ia, va = _labelled(xa, f"{where}, arm a")
+    ib, vb = _labelled(xb, f"{where}, arm b")
+    if (ia is None) != (ib is None):
+        raise ProtocolError(f"{where}: one arm has item ids and the other is positional; give ids for both or neither")
+    if ia is None:
+        if va.shape != vb.shape or va.size == 0:
+            raise ProtocolError(f"{where}: arms must score the same non-empty item list ({va.size} vs {vb.size})")
+        return None, va, vb
+    order = ia if order is None else order
+    pa, pb = dict(zip(ia, va)), dict(zip(ib, vb))
+    for name, got in (("arm a", pa), ("arm b", pb)):
+        if set(got) != set(order) or not order:
+            odd = sorted(map(str, set(got) ^ set(order)))[:5]
+            raise ProtocolError(f"{where}, {name}: item ids differ from the item list being paired (e.g. {odd})")
+    return order, np.array([pa[k] for k in order]), np.array([pb[k] for k in order])
+
+
+def _paired_arrays(a, b, *, shared_items: bool):
+    """Seeds and per-seed arm values paired item by item (by id when ids are given; in the same id order in every
+    seed when items are shared), refusing what cannot be paired."""
     if not isinstance(a, Mapping) or not isinstance(b, Mapping):
         raise ProtocolError("compare takes {seed: per-item values} mappings for both arms")
     if set(a) != set(b):
@@ -137,30 +225,57 @@ def _paired_arrays(a: Mapping[Hashable, Sequence[float]], b: Mapping[Hashable, S
     if len(a) < MIN_SEEDS:
         raise ProtocolError(f"a paired comparison needs at least {MIN_SEEDS} seeds, got {len(a)}")
     seeds = sorted(a, key=str)
-    pairs = []
+    order, arms = None, []
     for seed in seeds:
-        xa = np.asarray(a[seed], dtype=np.float64).ravel()
-        xb = np.asarray(b[seed], dtype=np.float64).ravel()
-        if xa.shape != xb.shape or xa.size == 0:
-            raise ProtocolError(f"seed {seed}: arms must score the same non-empty item list ({xa.size} vs {xb.size})")
+        ids, xa, xb = _aligned(a[seed], b[seed], order if shared_items else None, f"seed {seed}")
+        order = ids if shared_items else None
         if not (np.isfinite(xa).all() and np.isfinite(xb).all()):
             raise ProtocolError(f"seed {seed}: non-finite values")
-        pairs.append(xb - xa)
-    return seeds, pairs
+        arms.append((xa, xb))
+    return seeds, arms
+
+
+def _bounds(arms, bounds) -> tuple[float, float] | None:
+    """The outcome bounds: declared ``(lo, hi)`` (checked against the data), or (0, 1) when every value is 0 or 1."""
+    values = np.concatenate([x for pair in arms for x in pair])
+    if bounds is None:
+        return (0.0, 1.0) if np.isin(values, (0.0, 1.0)).all() else None
+    try:
+        lo, hi = (float(v) for v in bounds)
+    except (TypeError, ValueError):
+        raise ProtocolError(f"bounds must be a pair (low, high) of numbers, got {bounds!r}") from None
+    if not (math.isfinite(lo) and math.isfinite(hi) and lo < hi):
+        raise ProtocolError(f"bounds must be finite with low < high, got {bounds!r}")
+    if values.min() < lo or values.max() > hi:
+        raise ProtocolError(f"values in [{values.min():.4g}, {values.max():.4g}] fall outside the declared bounds {bounds!r}")
+    return lo, hi
+
+
+def _real(value, name: str) -> float:
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real) or not math.isfinite(float(value)):
+        raise ProtocolError(f"{name} must be a finite number, got {value!r}")
+    return float(value)
 
 
 # ---------------------------------------------------------------- estimators (vectorised over leading axes)
 
-def seed_level_t(seed_means: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Estimate, standard error and df of the one-sample t model on seed means (last axis = seeds).
+def seed_level_t(seed_means: np.ndarray, weights: np.ndarray | None = None):
+    """Estimate, standard error and df of the t model on seed means (last axis = seeds).
 
-    ``estimate = mean(m)``, ``se = sd(m, ddof=1) / sqrt(S)``, ``df = S - 1`` (Student 1908), as in
-    ``scipy.stats.ttest_1samp``.
+    Equal weights: ``estimate = mean(m)``, ``se = sd(m, ddof=1) / sqrt(S)``, ``df = S - 1`` (Student 1908), as in
+    ``scipy.stats.ttest_1samp``. Weights ``w`` (item counts): ``estimate = sum w m / sum w`` (the pooled item mean)
+    with the cluster-robust (CR1) standard error ``sqrt(S/(S-1) sum w'^2 (m - estimate)^2)``, ``w' = w / sum w``,
+    seeds as clusters (Liang & Zeger 1986), df ``S - 1``; with equal weights this is the same t test.
     """
     m = np.asarray(seed_means, dtype=np.float64)
     s = m.shape[-1]
-    est = m.mean(axis=-1)
-    se = m.std(axis=-1, ddof=1) / math.sqrt(s)
+    if weights is None:
+        est = m.mean(axis=-1)
+        se = m.std(axis=-1, ddof=1) / math.sqrt(s)
+    else:
+        w = np.asarray(weights, dtype=np.float64) / np.sum(weights)
+        est = (w * m).sum(axis=-1)
+        se = np.sqrt(s / (s - 1) * (w**2 * (m - est[..., None]) ** 2).sum(axis=-1))
     return est, se, np.full(est.shape, float(s - 1))
 
 
@@ -190,30 +305,63 @@ def crossed_mean_squares(d: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndar
 SEED_DF_UPPER_CONFIDENCE = 0.7
 
 
-def crossed_t(d: np.ndarray, *, upper: float = SEED_DF_UPPER_CONFIDENCE) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Estimate, standard error and df of the grand mean in the crossed design ``d[..., seed, item]``.
+def crossed_variance_df(ms_u, ms_v, ms_e, s: int, n: int, *, upper: float = SEED_DF_UPPER_CONFIDENCE):
+    """``(S n Var(mean), df)`` of the crossed design from its mean squares (observed, or expected when planning).
 
-    ``Var(mean) = s_u^2/S + s_v^2/n + s_e^2/(S n)``. Its estimate is ``(MS_seed + c (MS_item - MS_resid)) / (S n)``
-    with ``c = [MS_item > MS_resid]`` (the item component truncated at zero): the seed-mean variance ``MS_seed/(S n)``
-    already carries ``s_u^2/S + s_e^2/(S n)`` and is never truncated; the shared-item term ``s_v^2/n`` is invisible
-    in the seed means and is added from the item mean square. The degrees of freedom are Satterthwaite's (1946)
-    ``(sum a_k M_k)^2 / sum (a_k M_k)^2 / df_k`` for that combination, with ``MS_seed`` replaced by its one-sided
-    ``upper`` confidence bound ``MS_seed (S-1) / chi2_{1-upper, S-1}`` (in the df only; see
-    :data:`SEED_DF_UPPER_CONFIDENCE`). Without an item component this is exactly the t test on seed means; when
-    every difference is the same (all mean squares 0) the df are ``S - 1``.
+    ``S n Var = MS_seed + c (MS_item - MS_resid)`` with ``c = [MS_item > MS_resid]``; df are Satterthwaite's (1946)
+    ``(sum a_k M_k)^2 / sum (a_k M_k)^2 / df_k`` with ``MS_seed`` at its one-sided ``upper`` bound
+    ``MS_seed (S-1) / chi2_{1-upper, S-1}`` (in the df only), ``S - 1`` when every mean square is 0, and never below
+    :data:`DF_FLOOR`.
     """
-    d = np.asarray(d, dtype=np.float64)
-    s, n = d.shape[-2:]
-    ms_u, ms_v, ms_e = crossed_mean_squares(d)
+    ms_u, ms_v, ms_e = (np.asarray(x, dtype=np.float64) for x in (ms_u, ms_v, ms_e))
     c = (ms_v > ms_e).astype(np.float64)
     var_sn = ms_u + c * (ms_v - ms_e)
     dfs = (s - 1.0, n - 1.0, (s - 1.0) * (n - 1.0))
     terms = (ms_u * (s - 1) / _st.chi2.ppf(1 - upper, s - 1), c * ms_v, -c * ms_e)
     spread = sum(t**2 / k for t, k in zip(terms, dfs))
-    # Identical differences everywhere (all mean squares 0) leave the df undefined; take the seed-level S - 1.
     with np.errstate(invalid="ignore", divide="ignore"):
         df = np.where(spread > 0, sum(terms) ** 2 / spread, s - 1.0)
+    return var_sn, np.maximum(df, DF_FLOOR)
+
+
+def crossed_t(d: np.ndarray, *, upper: float = SEED_DF_UPPER_CONFIDENCE) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Estimate, standard error and df of the grand mean in the crossed design ``d[..., seed, item]``.
+
+    ``Var(mean) = s_u^2/S + s_v^2/n + s_e^2/(S n)``, estimated by :func:`crossed_variance_df`: the seed-mean
+    variance ``MS_seed/(S n)`` already carries ``s_u^2/S + s_e^2/(S n)`` and is never truncated; the shared-item term
+    ``s_v^2/n`` is invisible in the seed means and is added from ``MS_item - MS_resid`` (truncated at zero). Without
+    an item component this is exactly the t test on seed means.
+    """
+    d = np.asarray(d, dtype=np.float64)
+    s, n = d.shape[-2:]
+    var_sn, df = crossed_variance_df(*crossed_mean_squares(d), s, n, upper=upper)
     return d.mean(axis=(-2, -1)), np.sqrt(var_sn / (s * n)), df
+
+
+def bounded_floor(d: np.ndarray, width: float, *, axis=None):
+    """Shrunken variance of one paired difference of outcomes bounded in an interval of ``width`` (over ``axis``).
+
+    With ``x = d / width`` in [-1, 1] over ``N`` pairs, half a pseudo-pair in each cell of the paired 2 x 2 table
+    (Agresti & Min 2005: 0.5 at +1, 0.5 at -1, 1 at 0): ``width^2 [(sum x^2 + 1)/(N + 2) - (sum x / (N + 2))^2]``. For
+    0/1 outcomes with ``n+`` and ``n-`` discordant pairs it is ``q+ + q- - (q+ - q-)^2`` with ``q = (n + 0.5)/(N + 2)``.
+    Divided by ``N`` it is a lower bound (in expectation) on the variance of the estimate in both designs, since
+    pooling all cells gives every component a weight of at most its own (``1/N <= 1/S, 1/n``).
+    """
+    x = np.asarray(d, dtype=np.float64) / width
+    k = (x.size if axis is None else math.prod(x.shape[a] for a in np.atleast_1d(axis))) + 2.0
+    return width**2 * ((np.sum(x**2, axis=axis) + 1.0) / k - (np.sum(x, axis=axis) / k) ** 2)
+
+
+def floor_se(se, df, floor_var, n_seeds: int, *, bounded: bool):
+    """``(se, df, floored)`` with the variance of the estimate floored at ``floor_var`` (vectorised).
+
+    Bounded outcomes: always ``se^2 >= floor_var`` (:func:`bounded_floor` / N). Unbounded: only a zero ``se`` while
+    the differences vary (equal seed means) is lifted to the pooled variance / N. Where the floor binds the df are
+    the seed-level ``S - 1``.
+    """
+    se, df, floor_var = (np.asarray(x, dtype=np.float64) for x in (se, df, floor_var))
+    floored = se**2 < floor_var if bounded else (se == 0) & (floor_var > 0)
+    return np.where(floored, np.sqrt(floor_var), se), np.where(floored, n_seeds - 1.0, df), floored
 
 
 def t_interval(est, se, df, *, alpha: float = 0.05):
@@ -222,6 +370,21 @@ def t_interval(est, se, df, *, alpha: float = 0.05):
     with np.errstate(invalid="ignore", divide="ignore"):
         t = np.divide(est, se)
     return est - q * se, est + q * se, t, 2 * _st.t.sf(np.abs(t), df)
+
+
+def verdict_class(est, se, df, min_effect, *, alpha: float = 0.05):
+    """The :data:`VERDICT_CLASSES` key of each result (vectorised; ``no_information`` is decided by the caller).
+
+    *matters*: the ``1 - alpha`` CI lies beyond ``min_effect`` on one side; *equivalent*: the ``1 - 2 alpha`` CI lies
+    inside ``(-min_effect, min_effect)`` (TOST at ``alpha``; Lakens 2017); *detectable*: the ``1 - alpha`` CI
+    excludes 0; else *inconclusive*. *matters* and *equivalent* cannot both hold (the 90% CI lies inside the 95% CI).
+    """
+    lo, hi, _, _ = t_interval(est, se, df, alpha=alpha)
+    lo90, hi90, _, _ = t_interval(est, se, df, alpha=2 * alpha)
+    matters = (lo > min_effect) | (hi < -min_effect)
+    equivalent = (lo90 > -min_effect) & (hi90 < min_effect)
+    detectable = (lo > 0) | (hi < 0)
+    return np.select([matters, equivalent, detectable], ["matters", "equivalent", "detectable"], "inconclusive")
 
 
 def power(effect: float, se: float, df: float, *, alpha: float = 0.05) -> float:
@@ -234,8 +397,10 @@ def power(effect: float, se: float, df: float, *, alpha: float = 0.05) -> float:
     return float(_st.nct.sf(q, df, nc) + _st.nct.sf(q, df, -nc))  # P(T' < -q | nc) = P(T' > q | -nc)
 
 
+@functools.lru_cache(maxsize=4096)
 def mde_multiplier(df: float, *, alpha: float = 0.05, target: float = 0.8) -> float:
     """``k`` with ``power(k * se, se, df) = target``: the MDE is ``k`` standard errors (exact, noncentral t)."""
+    df = max(float(df), DF_FLOOR)
     q = _st.t.ppf(1 - alpha / 2, df)
     high = 2 * q
     while power(high, 1.0, df, alpha=alpha) < target:
@@ -243,9 +408,38 @@ def mde_multiplier(df: float, *, alpha: float = 0.05, target: float = 0.8) -> fl
     return float(_opt.brentq(lambda k: power(k, 1.0, df, alpha=alpha) - target, 0.0, high))
 
 
-def minimum_detectable_effect(se: float, df: float, *, alpha: float = 0.05, target: float = 0.8) -> float:
-    """Smallest true difference the t test detects with probability ``target`` (80%) at the fitted SE and df."""
-    return mde_multiplier(df, alpha=alpha, target=target) * float(se)
+def bounded_extra_variance(effect, observed, width: float, n_cells: float):
+    """Variance a true difference ``effect`` adds to the estimate of bounded outcomes beyond what the observed
+    difference already carries: ``max(0, g(|effect|) - g(|observed|)) / N`` with ``g(x) = x (width - x)`` for
+    ``x <= width / 2`` (the variance of a difference that moves ``x / width`` of the pairs by ``width``; for 0/1
+    outcomes at a floor, ``p_b (1 - p_b) - p_a (1 - p_a)`` to first order)."""
+    def g(x):
+        x = np.minimum(np.abs(x), width / 2)
+        return x * (width - x)
+
+    return np.maximum(0.0, g(effect) - g(observed)) / n_cells
+
+
+def minimum_detectable_effect(se: float, df: float, *, alpha: float = 0.05, target: float = 0.8,
+                              bounded: tuple[float, float, float] | None = None) -> float:
+    """Smallest true difference the t test detects with probability ``target`` (80%) at the fitted SE and df.
+
+    ``k(df) se`` with ``k`` from :func:`mde_multiplier`. For bounded outcomes (``bounded = (observed, width, N)``)
+    the effect's own variance counts: the MDE solves ``D = k sqrt(se^2 + extra(D))`` with ``extra`` from
+    :func:`bounded_extra_variance` (bisection; unique root since ``extra`` grows slower than ``D^2``).
+    """
+    k = mde_multiplier(df, alpha=alpha, target=target)
+    if bounded is None or not se > 0:
+        return k * float(se)
+    observed, width, n_cells = bounded
+    lo, hi = 0.0, k * math.sqrt(se**2 + width**2 / (4 * n_cells))
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        if mid < k * math.sqrt(se**2 + float(bounded_extra_variance(mid, observed, width, n_cells))):
+            lo = mid
+        else:
+            hi = mid
+    return hi
 
 
 def variance_components(per_seed: Sequence[np.ndarray], crossed: bool) -> dict[str, float | None]:
@@ -275,22 +469,45 @@ def bootstrap_interval(x: np.ndarray, crossed: bool, *, n_boot: int, alpha: floa
 
     Nested design: ``x`` holds seed means ``(..., S)`` and seeds are resampled. Crossed design: ``x`` holds the
     differences ``(..., S, n)`` and seeds and items are resampled independently (Owen's pigeonhole bootstrap, 2007).
+    Each replicate is scored from its draw counts (a matrix product, no gathered copy of the data), in chunks of
+    replicates whose counts hold at most about :data:`BOOT_CHUNK_ELEMENTS` values, so memory stays bounded for any
+    number of items.
     """
     x = np.asarray(x, dtype=np.float64)
-    if crossed:
-        s, n = x.shape[-2:]
-        si = rng.integers(0, s, size=(n_boot, s, 1))
-        ii = rng.integers(0, n, size=(n_boot, 1, n))
-        boots = x[..., si, ii].mean(axis=(-2, -1))
-    else:
-        boots = x[..., rng.integers(0, x.shape[-1], size=(n_boot, x.shape[-1]))].mean(axis=-1)
+    s, n = x.shape[-2:] if crossed else (x.shape[-1], 1)
+    chunk = max(1, BOOT_CHUNK_ELEMENTS // (x.size // n + s + n))
+    parts = []
+    for start in range(0, n_boot, chunk):
+        size = min(chunk, n_boot - start)
+        si = rng.integers(0, s, size=(size, s))
+        seeds = _counts(si, s)  # replicate x seed: how often each seed was drawn
+        if crossed:  # sum_sj c_s c'_j d_sj / (S n): a matrix product of draw counts instead of a gather
+            items = _counts(rng.integers(0, n, size=(size, n)), n)
+            parts.append(np.einsum("bs,...sb->...b", seeds, x @ items.T) / (s * n))
+        else:
+            parts.append(x @ seeds.T / s)
+    boots = np.concatenate(parts, axis=-1)
     lo, hi = np.quantile(boots, [alpha / 2, 1 - alpha / 2], axis=-1)
     return lo, hi
 
 
+def _counts(draws: np.ndarray, size: int) -> np.ndarray:
+    """Row-wise counts of the values ``0..size-1`` in ``draws`` (replicates x draws)."""
+    offsets = size * np.arange(draws.shape[0])[:, None]
+    return np.bincount((draws + offsets).ravel(), minlength=draws.shape[0] * size).reshape(-1, size).astype(np.float64)
+
+
+def _label(cls: str, direction: str | None) -> str:
+    if cls == "matters":
+        return direction
+    if cls == "detectable":
+        return f"{direction}, may be negligible"
+    return cls.replace("_", " ")
+
+
 def compare(
-    a: Mapping[Hashable, Sequence[float]],
-    b: Mapping[Hashable, Sequence[float]],
+    a: Mapping[Hashable, Any],
+    b: Mapping[Hashable, Any],
     *,
     meta_a: ArmMeta,
     meta_b: ArmMeta,
@@ -302,54 +519,96 @@ def compare(
     alpha: float = 0.05,
     n_boot: int = 4000,
     rng: int = 0,
+    bounds: tuple[float, float] | None = None,
 ) -> PairedResult:
     """Paired test comparison of arm ``b`` against arm ``a`` over seeds (see the module docstring for the model).
 
-    ``a[seed]`` and ``b[seed]`` are per-item test values (e.g. per-article NLL) on the same items in the same order.
-    ``min_effect`` (required, no default) is the smallest difference that matters to the chapter, in the metric's
-    units, stated and justified where the chapter calls this. ``shared_items`` says the same items (same list, same
-    order) are scored in every seed, so item is a crossed factor. ``n_boot`` and ``rng`` drive only the reported
-    comparison interval ``bootstrap_ci``.
+    ``a[seed]`` and ``b[seed]`` are per-item test values: either positional 1-D sequences (the same items in the same
+    order in both arms), or labelled by item id -- a pandas Series (ids = index) or a ``{item_id: value}`` dict --
+    in which case the arms are paired by id (different id sets are refused; so are one labelled and one positional
+    arm, and 2-D input). ``shared_items`` says the same items are scored in every seed (crossed design; with ids, every
+    seed must hold the same id set). In the nested design seeds may hold different numbers of items: seeds are
+    weighted by item count (the estimate is the pooled item mean, with a cluster-robust standard error over seeds;
+    :func:`seed_level_t`), which the result's ``method`` states.
+
+    ``min_effect`` (required, finite, > 0) is the smallest difference that matters to the chapter, in the metric's
+    units, stated and justified where the chapter calls this; it sets the verdict class. ``bounds``: the outcome's
+    range for the variance floor; by default 0/1 outcomes are detected and bounded in (0, 1). ``n_boot`` and ``rng``
+    drive only the reported comparison interval ``bootstrap_ci``.
     """
-    if not isinstance(min_effect, (int, float)) or isinstance(min_effect, bool) or not min_effect > 0:
-        raise ProtocolError(f"min_effect must be a positive number (the smallest effect of interest), got {min_effect!r}")
-    if not 0 < alpha < 1:
-        raise ProtocolError(f"alpha must be in (0, 1), got {alpha!r}")
+    min_effect = _real(min_effect, "min_effect")
+    if not min_effect > 0:
+        raise ProtocolError(f"min_effect must be positive (the smallest effect of interest), got {min_effect!r}")
+    alpha = _real(alpha, "alpha")
+    if not 0 < alpha < 0.5:
+        raise ProtocolError(f"alpha must be in (0, 0.5), got {alpha!r}")
+    if not isinstance(higher_is_better, (bool, np.bool_)):
+        raise ProtocolError(f"higher_is_better must be True or False, got {higher_is_better!r}")
+    higher_is_better = bool(higher_is_better)
     _check_meta(meta_a, meta_b)
-    seeds, per_seed = _paired_arrays(a, b)
-    sizes = {x.size for x in per_seed}
-    if shared_items and len(sizes) != 1:
-        raise ProtocolError(f"shared_items=True needs the same item list in every seed, got item counts {sorted(sizes)}")
-    n_items = per_seed[0].size
+    seeds, arms = _paired_arrays(a, b, shared_items=shared_items)
+    bounds = _bounds(arms, bounds)
+    per_seed = [xb - xa for xa, xb in arms]
+    sizes = np.array([x.size for x in per_seed])
+    if shared_items and len(set(sizes)) != 1:
+        raise ProtocolError(f"shared_items=True needs the same item list in every seed, got item counts {sorted(set(sizes))}")
+    everything = np.concatenate(per_seed)
+    if bounds is None and everything.size and np.all(everything == everything[0]) and everything[0] != 0:
+        raise ProtocolError(f"every per-item difference equals {everything[0]!r}: a deterministic difference has no "
+                            "variance to test against; report it directly (or declare bounds= for bounded outcomes)")
+    n_items = int(sizes[0])
+    seed_means = np.array([x.mean() for x in per_seed])
     # With one shared item the item effect is part of the estimand, and the crossed model is the seed-level one.
     crossed = bool(shared_items) and n_items > 1
     if crossed:
         est, se, df = crossed_t(np.stack(per_seed))
         method = ("crossed seeds x items: grand mean, SE from two-way ANOVA mean squares, t interval with "
                   f"Satterthwaite df (seed mean square at its {SEED_DF_UPPER_CONFIDENCE:.0%} upper bound)")
-    else:
-        est, se, df = seed_level_t(np.array([x.mean() for x in per_seed]))
+    elif len(set(sizes)) == 1:
+        est, se, df = seed_level_t(seed_means)
         method = "seed is the unit: one-sample t interval on per-seed mean differences, df = seeds - 1"
+    else:
+        est, se, df = seed_level_t(seed_means, sizes)
+        method = (f"seed is the unit, seeds weighted by item count ({sizes.min()}-{sizes.max()} items): pooled item "
+                  "mean, cluster-robust SE over seeds, df = seeds - 1")
     est, se, df = float(est), float(se), float(df)
+    n_cells = float(everything.size)
+    width = None if bounds is None else bounds[1] - bounds[0]
+    floor = (bounded_floor(everything, width) if width else everything.var()) / n_cells
+    se, df, floored = (float(x) for x in floor_se(se, df, floor, len(seeds), bounded=width is not None))
+    if floored:
+        method += (f"; variance floored at the {'Agresti-Min shrunken bounded' if width else 'pooled'} variance of "
+                   "the differences / pairs (df = seeds - 1)")
     lo, hi, t_stat, p = (float(x) for x in t_interval(est, se, df, alpha=alpha))
-    mde = minimum_detectable_effect(se, df, alpha=alpha)
-    seed_means = np.array([x.mean() for x in per_seed])
+    lo90, hi90, _, _ = (float(x) for x in t_interval(est, se, df, alpha=2 * alpha))
+    if se > 0:
+        bounded = None if width is None else (est, width, n_cells)
+        mde = minimum_detectable_effect(se, df, alpha=alpha, bounded=bounded)
+        se_at = math.sqrt(se**2 + (float(bounded_extra_variance(min_effect, est, width, n_cells)) if width else 0.0))
+        pw = power(min_effect, se_at, df, alpha=alpha)
+    else:  # every difference is zero (unbounded): no scale to size an effect against
+        mde = pw = t_stat = p = math.nan
+    if not np.any(everything != 0):
+        cls = "no_information"
+    else:
+        cls = str(verdict_class(est, se, df, min_effect, alpha=alpha))
+    direction = None
+    if cls != "no_information" and (lo > 0 or hi < 0):
+        direction = "better" if (est > 0) == higher_is_better else "worse"
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         w_p = float(_st.wilcoxon(seed_means).pvalue) if np.any(seed_means != 0) else 1.0
-    if p < alpha:
-        verdict = "better" if (est > 0) == higher_is_better else "worse"
-    elif mde > min_effect:
-        verdict = "underpowered"
-    else:
-        verdict = "no detectable difference"
+    draws = len(seeds) + (n_items if crossed else 0)
+    if n_boot * draws > BOOT_MAX_DRAWS:
+        n_boot = max(1, BOOT_MAX_DRAWS // draws)
+        method += f"; bootstrap_ci from {n_boot} replicates (capped: {len(seeds)} seeds x {n_items} items)"
     boot = bootstrap_interval(np.stack(per_seed) if crossed else seed_means, crossed, n_boot=n_boot, alpha=alpha,
                               rng=np.random.default_rng(rng))
     return PairedResult(
         name_a=name_a,
         name_b=name_b,
         n_seeds=len(seeds),
-        n_items=int(n_items if shared_items else sum(x.size for x in per_seed)),
+        n_items=int(n_items if shared_items else sizes.sum()),
         design="crossed" if shared_items else "independent",
         method=method,
         estimate=est,
@@ -360,11 +619,16 @@ def compare(
         t_stat=t_stat,
         p_value=p,
         mde=mde,
-        power=power(float(min_effect), se, df, alpha=alpha) if se > 0 else 1.0,
-        min_effect=float(min_effect),
-        alpha=float(alpha),
-        higher_is_better=bool(higher_is_better),
-        verdict=verdict,
+        power=pw,
+        min_effect=min_effect,
+        alpha=alpha,
+        higher_is_better=higher_is_better,
+        verdict=_label(cls, direction),
+        verdict_class=cls,
+        direction=direction,
+        ci90_low=lo90,
+        ci90_high=hi90,
+        bounds=None if bounds is None else list(bounds),
         variance_components=variance_components(per_seed, crossed),
         per_seed_mean_diff={str(s): float(m) for s, m in zip(seeds, seed_means)},
         wilcoxon_pvalue=w_p,

@@ -11,16 +11,21 @@ import pandas as pd
 import pytest
 from scipy import stats
 
+from agentpost.stats import CONCLUSIVE, VERDICT_CLASSES
 from agentpost.stats.paired import (
+    DF_FLOOR,
     ArmMeta,
     ProtocolError,
     Split,
+    bounded_floor,
     compare,
     crossed_mean_squares,
     crossed_t,
+    crossed_variance_df,
     mde_multiplier,
     power,
     select_on_validation,
+    verdict_class,
 )
 
 META_A = ArmMeta("ckpt", "data-v1", updates=10, max_new_tokens=64)
@@ -49,7 +54,8 @@ def test_three_seed_example_by_hand():
     assert r.p_value == pytest.approx(1 - math.sqrt(12 / 14), rel=1e-10)
     # MDE: 80% power with 2 df needs about 6.6 standard errors (noncentral t), far above min_effect 0.05.
     assert r.mde == pytest.approx(mde_multiplier(2.0) * r.se) and r.mde > 1.5
-    assert r.verdict == "underpowered"
+    # The 95% CI [-2.24, +0.24] contains 0 and the 90% CI is not inside (-0.05, 0.05): nothing decided.
+    assert (r.verdict, r.verdict_class, r.direction) == ("inconclusive", "inconclusive", None)
     assert (r.n_seeds, r.n_items, r.design) == (3, 6, "independent")
     # Nested components: var(m) = 0.25, within-seed variances (0, 4.5, 0.5), n_s = 2:
     # seed = 0.25 - mean(0, 2.25, 0.25) = -0.583 -> 0; item = pooled within = (0 + 4.5 + 0.5) / 3.
@@ -120,7 +126,8 @@ def test_tiny_differences_agree_with_scipy_no_shortcut():
     ref = stats.ttest_1samp(m, 0.0)
     assert math.isfinite(r.t_stat) and abs(r.t_stat) < 10
     assert r.t_stat == pytest.approx(ref.statistic, rel=1e-9) and r.p_value == pytest.approx(ref.pvalue, rel=1e-9)
-    assert r.verdict == "no detectable difference"  # MDE ~ 1e-12 is far below min_effect
+    # MDE ~ 1e-12 is far below min_effect: the 90% CI lies inside (-0.05, 0.05)
+    assert r.verdict == "equivalent" and r.verdict_class == "equivalent"
 
 
 @pytest.mark.claim("paired-protocol", "C1")
@@ -191,11 +198,148 @@ def test_every_verdict_is_reachable():
     assert run(same, shifted, higher_is_better=True).verdict == "worse"
     noisy = {s: [x + (0.2 if s == 1 else -0.1) for x in same[s]] for s in range(3)}  # seed means (-0.1, 0.2, -0.1)
     r = run(same, noisy, min_effect=0.05)
-    assert r.verdict == "underpowered" and r.mde > 0.05
-    assert run(same, noisy, min_effect=10.0).verdict == "no detectable difference"
-    for shared in (False, True):  # identical arms: zero difference, zero MDE, t undefined (0/0) as in scipy
+    assert r.verdict == "inconclusive" and r.mde > 0.05
+    assert run(same, noisy, min_effect=10.0).verdict == "equivalent"
+    for shared in (False, True):  # identical arms: zero difference, nothing to size an effect against
         r = run(same, same, shared_items=shared)
-        assert r.verdict == "no detectable difference" and r.estimate == 0 and r.mde == 0 and r.df == 2
+        assert (r.verdict, r.verdict_class, r.direction) == ("no information", "no_information", None)
+        assert r.estimate == 0 and math.isnan(r.mde) and math.isnan(r.p_value) and r.df == 2
+
+
+def _seed_means(means):
+    """Arms whose per-seed differences are the given seed means (two items per seed, same difference)."""
+    return ({s: [0.0, 0.0] for s in range(len(means))}, {s: [m, m] for s, m in enumerate(means)})
+
+
+@pytest.mark.claim("paired-protocol", "C1")
+def test_verdict_classes_by_hand():
+    # Seed means (m - 0.1, m, m + 0.1): sd 0.1, se 0.1/sqrt(3) = 0.057735, df 2; 95% CI m -/+ 4.302653 * 0.057735
+    # = m -/+ 0.248414; 90% CI m -/+ 2.919986 * 0.057735 = m -/+ 0.168585.
+    assert tuple(VERDICT_CLASSES) == ("matters", "detectable", "equivalent", "inconclusive", "no_information")
+    assert CONCLUSIVE == ("matters", "equivalent")
+    cases = [  # (m, delta, class, verdict, direction) -- higher is better
+        (0.5, 0.2, "matters", "better", "better"),  # 95% CI [0.2516, 0.7484] > 0.2
+        (-0.5, 0.2, "matters", "worse", "worse"),
+        (0.3, 0.2, "detectable", "better, may be negligible", "better"),  # [0.0516, 0.5484]: excludes 0, spans 0.2
+        (0.0, 0.2, "equivalent", "equivalent", None),  # 90% CI [-0.1686, 0.1686] inside (-0.2, 0.2)
+        (0.3, 0.5, "equivalent", "equivalent", "better"),  # 90% [0.1314, 0.4686] inside (-0.5, 0.5); 95% excludes 0
+        (0.1, 0.2, "inconclusive", "inconclusive", None),  # 95% [-0.148, 0.348]; 90% upper 0.2686 > 0.2
+    ]
+    for m, delta, cls, verdict, direction in cases:
+        a, b = _seed_means([m - 0.1, m, m + 0.1])
+        r = run(a, b, min_effect=delta, higher_is_better=True)
+        assert r.se == pytest.approx(0.1 / math.sqrt(3)) and r.df == 2
+        assert r.ci90_high - r.estimate == pytest.approx(stats.t.ppf(0.95, 2) * r.se)
+        assert (r.verdict_class, r.verdict, r.direction) == (cls, verdict, direction), (m, delta)
+        assert f"-> {verdict} [" in r.summary()
+    detected_but_small = run(*_seed_means([0.2, 0.3, 0.4]), min_effect=0.5, higher_is_better=True)
+    assert "detectably better, by less than the smallest effect of interest" in detected_but_small.summary()
+    vec = verdict_class(np.array([0.5, 0.3, 0.0, 0.1]), 0.1 / math.sqrt(3), 2.0, 0.2)
+    assert list(vec) == ["matters", "detectable", "equivalent", "inconclusive"]
+
+
+@pytest.mark.claim("paired-protocol", "C1")
+def test_binary_floor_by_hand_never_collapses():
+    # 3 discordant (+1) items of 200 in every seed: equal seed means 0.015, so the seed-level sd is 0.
+    a = {s: np.zeros(200) for s in range(3)}
+    b = {s: np.r_[np.ones(3), np.zeros(197)] for s in range(3)}
+    r = run(a, b, higher_is_better=True, min_effect=0.02)
+    # Agresti-Min: N = 600 pairs, 9 at +1, none at -1: v = (9 + 1)/602 - (9/602)^2; se = sqrt(v / 600), df 2.
+    v = 10 / 602 - (9 / 602) ** 2
+    assert r.bounds == [0.0, 1.0] and r.se == pytest.approx(math.sqrt(v / 600)) and r.df == 2
+    assert math.isfinite(r.t_stat) and r.p_value > 0.05 and r.ci_high - r.ci_low > 0.02
+    assert r.verdict == "inconclusive" and "floored" in r.method
+    # MDE with the effect's own variance: D = k(2) sqrt(se^2 + (D(1 - D) - 0.015 * 0.985) / 600)
+    k = mde_multiplier(2.0)
+    extra = (r.mde * (1 - r.mde) - 0.015 * 0.985) / 600
+    assert r.mde == pytest.approx(k * math.sqrt(r.se**2 + extra), rel=1e-9) and r.mde > k * r.se
+    # Crossed: the same three items flip in every seed, a real item effect: the SE stays above the floor.
+    crossed = run(a, b, shared_items=True, higher_is_better=True, min_effect=0.02)
+    assert crossed.se >= math.sqrt(v / 600) and math.isfinite(crossed.t_stat) and "floored" not in crossed.method
+    assert bounded_floor(np.array([1.0, -1.0, 0.0, 0.0]), 1.0) == pytest.approx(3 / 6 - 0.0)
+    # Declared bounds (0, 2): the same data in units of the width (x = d / 2).
+    r2 = run(a, b, bounds=(0, 2), higher_is_better=True, min_effect=0.02)
+    assert r2.se == pytest.approx(math.sqrt(4 * ((9 / 4 + 1) / 602 - (4.5 / 602) ** 2) / 600))
+
+
+@pytest.mark.claim("paired-protocol", "C1")
+def test_satterthwaite_df_below_one_is_floored():
+    # 0/1 outcomes, per-seed (+1, -1) discordant counts (7, 0), (8, 1), (8, 1): equal seed means, MS_item just above
+    # MS_resid, so the unfloored Satterthwaite df are 0.139 (scipy's t quantiles then fail or the MDE search hangs).
+    d = np.zeros((3, 200))
+    d[0, 0:7], d[1, 6:14], d[1, 100], d[2, 14:22], d[2, 101] = 1, 1, -1, 1, -1
+    ms = crossed_mean_squares(d)
+    upper = ms[0] * 2 / stats.chi2.ppf(0.3, 2)
+    raw = (upper + ms[1] - ms[2]) ** 2 / (upper**2 / 2 + ms[1] ** 2 / 199 + ms[2] ** 2 / 398)
+    assert raw < 0.2 and float(crossed_variance_df(*ms, 3, 200)[1]) == DF_FLOOR == 1.0
+    a = {s: np.where(d[s] < 0, 1.0, 0.0) for s in range(3)}
+    b = {s: np.where(d[s] > 0, 1.0, 0.0) for s in range(3)}
+    for scale in (1.0, 2.0):  # 0/1 (bounded: variance floor) and 0/2 (unbounded: df floor)
+        r = run({s: scale * a[s] for s in a}, {s: scale * b[s] for s in b}, shared_items=True, higher_is_better=True,
+                min_effect=0.02)
+        assert r.df >= 1 and all(math.isfinite(x) for x in (r.se, r.ci_low, r.ci_high, r.mde, r.power, r.p_value))
+    assert r.bounds is None and r.df == 1.0
+
+
+@pytest.mark.claim("paired-protocol", "C2")
+def test_items_are_paired_by_id():
+    ids = ["q1", "q2", "q3", "q4"]
+    a = {s: pd.Series([1.0, 2.0, 3.0, 4.0 + s], index=ids) for s in range(3)}
+    b = {s: pd.Series([2.5, 2.0, 3.5, 1.0 + s * 0.5], index=ids) for s in range(3)}
+    positional = run({s: a[s].to_numpy() for s in a}, {s: b[s].to_numpy() for s in b}, shared_items=True)
+    shuffled = {s: b[s].iloc[::-1] for s in b}  # same ids, other order: paired by id, not position
+    for arm_b in (shuffled, {s: dict(b[s].items()) for s in b}):
+        r = run(a, arm_b, shared_items=True)
+        assert (r.estimate, r.se, r.df) == (positional.estimate, positional.se, positional.df)
+    with pytest.raises(ProtocolError, match="item ids differ"):
+        run(a, {s: b[s].rename({"q4": "q5"}) for s in b})
+    with pytest.raises(ProtocolError, match="item ids differ"):  # shared items: every seed the same id set
+        run({**a, 2: a[2].rename({"q4": "q9"})}, {**b, 2: b[2].rename({"q4": "q9"})}, shared_items=True)
+    with pytest.raises(ProtocolError, match="ids for both or neither"):
+        run(a, {s: b[s].to_numpy() for s in b})
+    with pytest.raises(ProtocolError, match="one-dimensional"):  # (2, 3) vs (3, 2): never flattened
+        run({s: np.zeros((2, 3)) for s in range(3)}, {s: np.zeros((3, 2)) for s in range(3)})
+    with pytest.raises(ProtocolError, match="not numbers"):
+        run({s: ["x", "y"] for s in (1, 2, 3)}, TOY_B)
+
+
+@pytest.mark.claim("paired-protocol", "C1")
+def test_unequal_items_per_seed_are_weighted_by_item_count():
+    # differences: seed 1 (1, 1, 1, 1) mean 1, seed 2 (0, 0) mean 0, seed 3 (2, 2) mean 2; 8 items.
+    a = {1: [0.0] * 4, 2: [0.0] * 2, 3: [0.0] * 2}
+    b = {1: [1.0] * 4, 2: [0.0] * 2, 3: [2.0] * 2}
+    r = run(a, b, higher_is_better=True)
+    # weights (0.5, 0.25, 0.25): estimate = 0.5 + 0 + 0.5 = 1; CR1 se^2 = 3/2 (0.25 * 0 + 0.0625 * 1 + 0.0625 * 1)
+    assert r.estimate == pytest.approx(1.0) and r.se == pytest.approx(math.sqrt(1.5 * 0.125)) and r.df == 2
+    assert r.n_items == 8 and "weighted by item count" in r.method
+    equal = run({1: [0.0] * 2, 2: [0.0] * 2, 3: [0.0] * 2}, {1: [1.0] * 2, 2: [0.0] * 2, 3: [2.0] * 2})
+    assert equal.se == pytest.approx(stats.sem([1.0, 0.0, 2.0])) and "weighted" not in equal.method
+
+
+def test_large_inputs_bootstrap_in_bounded_memory():
+    rng = np.random.default_rng(3)
+    a = {s: rng.normal(size=40_000) for s in range(3)}
+    b = {s: a[s] + 0.01 + rng.normal(scale=0.1, size=40_000) for s in range(3)}
+    r = run(a, b, shared_items=True, higher_is_better=True)
+    assert r.bootstrap_ci[0] < r.bootstrap_ci[1] and "bootstrap_ci from 838 replicates" in r.method
+
+
+@pytest.mark.claim("paired-protocol", "C2")
+def test_argument_types():
+    r = run(TOY_A, TOY_B, min_effect=np.float32(0.05), alpha=np.float64(0.05), higher_is_better=np.bool_(False))
+    assert r.min_effect == pytest.approx(0.05) and r.higher_is_better is False
+    for bad in ("False", 0, None):
+        with pytest.raises(ProtocolError, match="higher_is_better"):
+            run(TOY_A, TOY_B, higher_is_better=bad)
+    for bad in (math.inf, math.nan, "0.1", np.float64(-1.0)):
+        with pytest.raises(ProtocolError, match="min_effect"):
+            run(TOY_A, TOY_B, min_effect=bad)
+    with pytest.raises(ProtocolError, match="alpha"):
+        run(TOY_A, TOY_B, alpha=0.5)
+    with pytest.raises(ProtocolError, match="deterministic"):
+        run({s: [1.0, 2.0] for s in range(3)}, {s: [1.5, 2.5] for s in range(3)})
+    with pytest.raises(ProtocolError, match="outside the declared bounds"):
+        run(TOY_A, TOY_B, bounds=(0, 1))
 
 
 @pytest.mark.claim("paired-protocol", "C2")
@@ -216,7 +360,7 @@ def test_refuses_bad_input_before_work():
         run(TOY_A, {**TOY_B, 3: [1.0]})
     with pytest.raises(ProtocolError, match="shared_items=True needs the same item list"):
         run({**TOY_A, 4: [1.0]}, {**TOY_B, 4: [1.0]}, shared_items=True)
-    for bad in (0.0, -0.1, None, True):
+    for bad in (0.0, -0.1, None, True, math.inf):
         with pytest.raises(ProtocolError, match="min_effect"):
             run(TOY_A, TOY_B, min_effect=bad)
     with pytest.raises(TypeError, match="min_effect"):
@@ -246,4 +390,6 @@ def test_result_round_trips_as_dict_and_summary():
                 "min_effect", "higher_is_better", "verdict", "variance_components", "per_seed_mean_diff", "design",
                 "method"):
         assert key in d
-    assert "B - A: -1" in r.summary() and "underpowered" in r.summary()
+    for key in ("verdict_class", "direction", "ci90_low", "ci90_high", "bounds", "se", "df", "p_value", "power"):
+        assert key in d
+    assert "B - A: -1" in r.summary() and "-> inconclusive [inconclusive]" in r.summary()

@@ -87,3 +87,32 @@ def test_v1_reference_for_takes_the_maps_compare_takes():
     assert ref["verdict"] == "better"
     assert ref["mde"] == pytest.approx(q * np.std(pooled, ddof=1) / 3)
     assert ref["ci_low"] > 0.9 and ref["ci_high"] < 1.1
+
+
+@pytest.fixture(scope="module")
+def classes():
+    return cal.class_rates(n_sets=N_SETS, seed=2027)
+
+
+@pytest.mark.claim("paired-protocol", "C4")
+@pytest.mark.parametrize("design", [d.name for d in cal.DESIGNS])
+def test_verdict_class_error_rates(classes, design):
+    """Issue 27: P(matters or detectable | 0) <= alpha; P(matters | +-delta) <= alpha/2; P(equivalent | +-delta)
+    <= alpha (TOST), at delta = 1.5 and 4 true standard errors; bounds leave about 4 Monte Carlo sd of slack."""
+    rows = classes[classes.design == design]
+    null, edge = rows[rows.truth == "0"], rows[rows.truth != "0"]
+    assert (null.error <= 0.06).all(), null
+    assert (edge.error <= 0.035).all(), edge
+    assert (edge.equivalent_error <= 0.065).all(), edge
+    # The classes are reachable: at delta = 4 se most null data sets are declared equivalent.
+    assert null[null.delta_in_se == 4.0].equivalent.iloc[0] > 0.5
+
+
+@pytest.mark.claim("paired-protocol", "C4")
+def test_power_at_the_reported_mde_near_a_floor():
+    """Issue 27: 0/1 outcomes at success rates 0.02-0.05 (and 0.97), 3 seeds x 200 items: the data sets at the
+    median MDE reported on pilots without an effect are detected 70-90% of the time (target 80%)."""
+    table = cal.bounded_power(n_sets=N_SETS, n_mde=300, seed=11, references=False)
+    assert set(table.design) == {d.name for d in cal.BOUNDED_DESIGNS}
+    for row in table.itertuples():
+        assert 0.7 <= row.detection_at_mde <= 0.9, row

@@ -31,8 +31,8 @@ def test_rows_show_every_field_of_the_one_form():
     assert lines[0].startswith("| chapter | profile | run seed | comparison") and len(lines) == 2 + 3
     assert lines[2].startswith("| actkv | smoke | 1 | `x` (B − A)")  # sorted by chapter, profile, name, seed
     crossed = next(line for line in lines if "| kite | smoke | 1 |" in line)
-    # estimate -1, MDE far above the smallest effect 0.05, so underpowered; crossed 3 seeds x 2 shared items
-    assert "| -1 |" in crossed and "| 0.05 | **underpowered** |" in crossed and "3 × 2 shared" in crossed
+    # estimate -1, 95% CI wide across 0 and -0.05: inconclusive; crossed 3 seeds x 2 shared items
+    assert "| -1 |" in crossed and "| 0.05 | **inconclusive** |" in crossed and "3 × 2 shared" in crossed
     nested = next(line for line in lines if "| kite | smoke | 2 |" in line)
     assert "[-2.242, +0.2421]" in nested and "/ 1.67 / — |" in nested and "3 × 6 nested" in nested
     assert all(line.count("|") == lines[0].count("|") for line in lines)
@@ -46,7 +46,7 @@ def test_no_comparison_no_table_and_old_forms_are_not_read():
 def test_ledger_outcome_reads_the_verdict_from_the_dict(tmp_path):
     runs = [levels.Run(Path(tmp_path), receipt(s, cmp=recorded())) for s in (1, 2)]
     note = levels._outcome(runs, ("cmp",))
-    assert note.startswith("cmp = underpowered (B − A -1") and note.count("underpowered") == 2
+    assert note.startswith("cmp = inconclusive (B − A -1") and note.count("inconclusive") == 2
     assert paired_outcome(recorded()) in note
 
 
@@ -57,5 +57,5 @@ def test_glue_paired_records_the_dict_form(monkeypatch):
                 min_effect=0.05)
     glue_paired("paired_b_vs_a", r)
     scrap = shown[0]["application/scrapbook.scrap.json+json"]
-    assert is_paired(scrap["data"]) and scrap["data"]["verdict"] == "underpowered"
+    assert is_paired(scrap["data"]) and scrap["data"]["verdict"] == "inconclusive"
     assert shown[0]["text/plain"] == r.summary()

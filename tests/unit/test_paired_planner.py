@@ -1,0 +1,65 @@
+"""The planner: seeds x items from a pilot's variance components, against hand-computed numbers."""
+
+import math
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from agentpost.stats import ProtocolError, plan
+from agentpost.stats.paired import ArmMeta, compare, mde_multiplier
+from agentpost.stats.planner import predict
+
+
+@pytest.mark.claim("paired-protocol", "C1")
+def test_crossed_prediction_by_hand():
+    comp = {"seed": 0.01, "item": 0.04, "residual": 0.02}
+    p = predict(comp, 3, 30, design="crossed")
+    # Var = 0.01/3 + 0.04/30 + 0.02/90 = 0.0048889; se = 0.0699206
+    assert p["se"] == pytest.approx(math.sqrt(0.01 / 3 + 0.04 / 30 + 0.02 / 90)) and p["se"] == pytest.approx(0.0699206)
+    # E[MS_seed] = 0.02 + 30 * 0.01 = 0.32 (at its 70% upper bound in the df: 0.32 * 2 / chi2_{0.3, 2} = 0.8972),
+    # E[MS_item] = 0.02 + 3 * 0.04 = 0.14, E[MS_resid] = 0.02; chi2_{0.3, 2} = -2 ln 0.7.
+    upper = 0.32 * 2 / (-2 * math.log(0.7))
+    df = (upper + 0.14 - 0.02) ** 2 / (upper**2 / 2 + 0.14**2 / 29 + 0.02**2 / 58)
+    assert upper == pytest.approx(0.8972, abs=1e-4) and p["df"] == pytest.approx(df) and p["df"] == pytest.approx(2.5664, abs=1e-4)
+    assert p["mde"] == pytest.approx(mde_multiplier(df) * p["se"])
+
+
+@pytest.mark.claim("paired-protocol", "C1")
+def test_nested_plan_by_hand():
+    comp = {"seed": 0.01, "item": 0.5, "residual": None}
+    p = plan(comp, design="independent", min_effect=0.2, pilot=(3, 30))
+    # pilot: Var = 0.01/3 + 0.5/90 = 0.0088889, df 2 -> MDE = k(2) * 0.0942809
+    assert p.pilot["se"] == pytest.approx(math.sqrt(0.01 / 3 + 0.5 / 90)) and p.pilot["df"] == 2
+    assert p.pilot["mde"] == pytest.approx(mde_multiplier(2.0) * math.sqrt(0.01 / 3 + 0.5 / 90)) and p.pilot["mde"] > 0.2
+    first = {d["seeds"]: d["items"] for d in p.designs}
+    # 3 seeds: the seed term alone gives k(2) sqrt(0.01/3) = 0.326 > 0.2 -> never; 4 seeds: k(3) sqrt(0.0025) = 0.213
+    assert 3 not in first and 4 not in first
+    # 5 seeds, df 4: n = 100 -> se sqrt(0.002 + 0.001) = 0.0548, MDE 0.206 > 0.2; n = 200 -> se 0.05, MDE 0.188.
+    assert first[5] == 200 and mde_multiplier(4.0) * math.sqrt(0.003) > 0.2 >= mde_multiplier(4.0) * 0.05
+    assert all(d["mde"] <= 0.2 for d in p.designs) and p.as_dict()["design"] == "independent"
+
+
+@pytest.mark.claim("paired-protocol", "C1")
+def test_prediction_matches_compare_on_a_noiseless_pilot():
+    """A pilot whose mean squares equal their expectations reproduces compare's SE and df exactly."""
+    s, n = 3, 4
+    # Construct d = u_s + v_j + e_sj with orthogonal effects so that MS match chosen values.
+    u = np.array([-1.0, 0.0, 1.0]) * 0.3
+    v = np.array([-1.5, -0.5, 0.5, 1.5]) * 0.4
+    e = np.outer([1.0, -2.0, 1.0], [1.0, -1.0, -1.0, 1.0]) * 0.1
+    d = u[:, None] + v[None, :] + e
+    r = compare({k: np.zeros(n) for k in range(s)}, dict(enumerate(d)), meta_a=ArmMeta("c", "d", 1),
+                meta_b=ArmMeta("c", "d", 1), higher_is_better=True, min_effect=0.1, shared_items=True)
+    p = predict(r.variance_components, s, n, design="crossed")
+    assert p["se"] == pytest.approx(r.se) and p["df"] == pytest.approx(r.df) and p["mde"] == pytest.approx(r.mde)
+
+
+def test_plan_refuses_bad_input():
+    with pytest.raises(ProtocolError, match="design"):
+        plan({"seed": 0.1, "item": 0.1, "residual": 0.1}, design="paired", min_effect=0.1)
+    with pytest.raises(ProtocolError, match="min_effect"):
+        plan({"seed": 0.1, "item": 0.1, "residual": 0.1}, design="crossed", min_effect=0)
+    with pytest.raises(ProtocolError, match="variance component 'seed'"):
+        plan({"seed": -1.0, "item": 0.1, "residual": 0.1}, design="crossed", min_effect=0.1)
+    assert stats.chi2.ppf(0.3, 2) == pytest.approx(-2 * math.log(0.7))
