@@ -153,6 +153,16 @@ def _cmd_compare(args) -> int:
     return 0
 
 
+def _cmd_plan(args) -> int:
+    from agentpost.evidence.planning import plan_chapter, render
+
+    _profile_of(args.chapter, args.profile)
+    if not 3 <= args.max_seeds <= 1000:
+        raise UsageError(f"--max-seeds must be in 3..1000, got {args.max_seeds}")
+    print(render(plan_chapter(args.chapter, args.profile, max_seeds=args.max_seeds), args.chapter, args.profile))
+    return 0
+
+
 def _claim_tests(root: Path) -> Path:
     """Run the claim-marked unit and kernel tests; their claims plugin writes the report the ledger reads."""
     import subprocess
@@ -286,6 +296,14 @@ def build_parser() -> argparse.ArgumentParser:
                    "reach of the margin), equivalent (inside the margin), inconclusive, no information.")
     cmp_.add_argument("chapter", metavar="CHAPTER", help="chapter id (see `agentpost list`)")
     cmp_.add_argument("--profile", default="smoke", help="parameter profile whose runs are compared")
+
+    pl = command("plan", _cmd_plan, "seeds x items each declared comparison needs, from a pilot profile's runs",
+                 "From the variance components of a pilot (the newest runs of --profile), the fewest items per seed\n"
+                 "that bring each declared comparison's MDE at 80% power down to its margin, per seed count, with\n"
+                 "the predicted wall time from the pilot receipts' timings.")
+    pl.add_argument("chapter", metavar="CHAPTER", help="chapter id (see `agentpost list`)")
+    pl.add_argument("--profile", default="smoke", help="the pilot profile whose runs are read")
+    pl.add_argument("--max-seeds", type=int, default=20, help="largest seed count considered")
 
     ref = command("refresh", _cmd_refresh, "re-execute notebooks in place with their default (smoke) parameters")
     ref.add_argument("chapters", nargs="+", metavar="CHAPTER", help="chapter ids")

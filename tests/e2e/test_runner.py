@@ -146,3 +146,7 @@ def test_each_seed_is_a_distinct_replication(tiny_runs):
     assert result.returncode == 0, result.stderr
     line = next(x for x in result.stdout.splitlines() if x.startswith("trigram_vs_bigram"))
     assert "3 x 60" in line, result.stdout
+    plan = agentpost(project, "plan", "paired-protocol", "--profile", "tiny")
+    assert plan.returncode == 0, plan.stderr
+    assert "trigram_vs_bigram (C3, headline; margin 0.02): pilot 3 seeds x 60 items" in plan.stdout
+    assert " seeds x " in plan.stdout.split("pilot", 1)[1] and " min" in plan.stdout

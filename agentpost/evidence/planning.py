@@ -1,0 +1,86 @@
+"""``agentpost plan``: the seeds x items each declared comparison needs, from a pilot's runs.
+
+The pilot is the newest configuration of a profile (usually ``smoke``). For each declared comparison computed over
+it (:mod:`agentpost.evidence.comparisons`), :func:`agentpost.stats.plan` predicts from the pilot's variance
+components the fewest items per seed that bring the MDE (80% power) down to the comparison's margin, for each
+seed count. The predicted wall time uses the pilot receipts' median wall time per run ``w`` at ``n0`` items per
+seed: a run's time lies between ``w`` (training dominates: items cost nothing) and ``w * n / n0`` (evaluation
+dominates); ``S`` runs take ``S`` times that at ``--jobs 1`` (Colas, Sigaud & Oudeyer 2018; Card et al. 2020).
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+
+from agentpost.evidence.comparisons import Computed, compute, configuration_runs
+
+
+@dataclass
+class PlanRow:
+    computed: Computed
+    plan: object | None  # agentpost.stats.Plan
+    wall_s: float | None  # median wall time of one pilot run
+
+
+def _pilot_items(result: dict) -> int:
+    """Items per seed of the pilot (``n_items`` is per seed when crossed, summed over seeds when nested)."""
+    n = int(result["n_items"])
+    return n if result["design"] == "crossed" else max(1, round(n / max(1, int(result["n_seeds"]))))
+
+
+def plan_chapter(chapter_id: str, profile: str, *, max_seeds: int = 20, items: list[int] | None = None,
+                 power: float = 0.8) -> list[PlanRow]:
+    from agentpost.stats import plan
+    from agentpost.stats.planner import DEFAULT_ITEMS
+
+    group = configuration_runs(chapter_id, profile)
+    walls = [float(r.receipt["timing"]["wall_s"]) for r in group]
+    wall = statistics.median(walls) if walls else None
+    rows = []
+    for c in compute(chapter_id, profile):
+        if c.result is None:
+            rows.append(PlanRow(c, None, wall))
+            continue
+        n0 = _pilot_items(c.result)
+        candidates = sorted(set(items or DEFAULT_ITEMS) | {n0})
+        p = plan(c.result["variance_components"], design=c.result["design"], min_effect=c.comparison.min_effect,
+                 power=power, seeds=range(3, max_seeds + 1), items=candidates, pilot=(int(c.result["n_seeds"]), n0))
+        rows.append(PlanRow(c, p, wall))
+    return rows
+
+
+def minutes(wall_s: float | None, seeds: int, items: int, pilot_items: int) -> tuple[float, float] | None:
+    """(low, high) predicted minutes for ``seeds`` runs at ``items`` per seed, from the pilot's wall time."""
+    if wall_s is None:
+        return None
+    return seeds * wall_s / 60, seeds * wall_s * max(1.0, items / pilot_items) / 60
+
+
+def render(rows: list[PlanRow], chapter_id: str, profile: str, *, show: int = 4) -> str:
+    """Plain-text report: per comparison, the pilot's MDE and the smallest designs that reach the margin."""
+    out = [f"{chapter_id}: plan from the pilot runs of profile {profile!r} (80% power, alpha 0.05; predicted wall "
+           "time at --jobs 1: low = items cost nothing, high = run time grows with items)"]
+    for row in rows:
+        c = row.computed
+        head = f"- {c.comparison.id} ({c.comparison.claim}{', headline' if c.comparison.headline else ''}; margin " \
+               f"{c.comparison.min_effect:.3g})"
+        if row.plan is None:
+            out.append(f"{head}: no pilot: {c.problem}")
+            continue
+        n0 = _pilot_items(c.result)
+        pilot = row.plan.pilot
+        vc = row.plan.components
+        out.append(f"{head}: pilot {pilot['seeds']} seeds x {n0} items -> MDE {pilot['mde']:.3g} "
+                   f"(observed {c.result['mde']:.3g}; verdict {c.verdict}); variance seed {vc['seed'] or 0:.3g}, "
+                   f"item {vc['item'] or 0:.3g}, residual "
+                   + ("-" if vc["residual"] is None else f"{vc['residual']:.3g}"))
+        if not row.plan.designs:
+            out.append("    no design up to the largest seeds x items tried reaches the margin: the seed variance "
+                       "alone is too large (train longer or reduce seed-to-seed spread)")
+            continue
+        for d in row.plan.designs[:show]:
+            span = minutes(row.wall_s, d["seeds"], d["items"], n0)
+            time = f"; about {span[0]:.0f}-{span[1]:.0f} min" if span else ""
+            out.append(f"    {d['seeds']:>3} seeds x {d['items']:>6} items per seed -> MDE {d['mde']:.3g}{time}")
+    return "\n".join(out)
