@@ -247,7 +247,8 @@ def _bounds(arms, bounds) -> tuple[float, float] | None:
     if not (math.isfinite(lo) and math.isfinite(hi) and lo < hi):
         raise ProtocolError(f"bounds must be finite with low < high, got {bounds!r}")
     if values.min() < lo or values.max() > hi:
-        raise ProtocolError(f"values in [{values.min():.4g}, {values.max():.4g}] fall outside the declared bounds {bounds!r}")
+        raise ProtocolError(f"values in [{values.min():.4g}, {values.max():.4g}] fall outside the declared bounds "
+                            f"{bounds!r}")
     return lo, hi
 
 
@@ -555,7 +556,8 @@ def compare(
     per_seed = [xb - xa for xa, xb in arms]
     sizes = np.array([x.size for x in per_seed])
     if shared_items and len(set(sizes)) != 1:
-        raise ProtocolError(f"shared_items=True needs the same item list in every seed, got item counts {sorted(set(sizes))}")
+        raise ProtocolError("shared_items=True needs the same item list in every seed, got item counts "
+                            f"{sorted(set(sizes))}")
     everything = np.concatenate(per_seed)
     n_items = int(sizes[0])
     seed_means = np.array([x.mean() for x in per_seed])
