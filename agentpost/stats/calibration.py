@@ -235,7 +235,8 @@ def class_rates(designs=DESIGNS, *, n_sets: int = 4000, deltas_in_se=(1.5, 4.0),
             cls = verdict_class(est, se, df, delta, alpha=alpha)
             rates = {c: float(np.mean(cls == c)) for c in ("matters", "detectable", "equivalent", "inconclusive")}
             wrong = rates["matters"] + rates["detectable"] if mu == 0 else rates["matters"]
-            rows.append({"design": design.name, "delta_in_se": k, "truth": truth, "delta": delta, **rates, "error": wrong,
+            rows.append({"design": design.name, "delta_in_se": k, "truth": truth, "delta": delta, **rates,
+                         "error": wrong,
                          "equivalent_error": rates["equivalent"] if mu else float("nan"), "n_sets": n_sets})
     return pd.DataFrame(rows)
 

@@ -247,7 +247,8 @@ def _bounds(arms, bounds) -> tuple[float, float] | None:
     if not (math.isfinite(lo) and math.isfinite(hi) and lo < hi):
         raise ProtocolError(f"bounds must be finite with low < high, got {bounds!r}")
     if values.min() < lo or values.max() > hi:
-        raise ProtocolError(f"values in [{values.min():.4g}, {values.max():.4g}] fall outside the declared bounds {bounds!r}")
+        raise ProtocolError(f"values in [{values.min():.4g}, {values.max():.4g}] fall outside the declared bounds "
+                            f"{bounds!r}")
     return lo, hi
 
 
@@ -535,6 +536,10 @@ def compare(
     units, stated and justified where the chapter calls this; it sets the verdict class. ``bounds``: the outcome's
     range for the variance floor; by default 0/1 outcomes are detected and bounded in (0, 1). ``n_boot`` and ``rng``
     drive only the reported comparison interval ``bootstrap_ci``.
+
+    Degenerate data: identical arms are *no_information* (t, p, MDE and power NaN unless bounded, whose floor still
+    sizes them); unbounded differences that all equal one non-zero value are deterministic: a zero-width CI, NaN t, p
+    and MDE, and the class from that value against ``min_effect`` (``method`` says so).
     """
     min_effect = _real(min_effect, "min_effect")
     if not min_effect > 0:
@@ -551,11 +556,9 @@ def compare(
     per_seed = [xb - xa for xa, xb in arms]
     sizes = np.array([x.size for x in per_seed])
     if shared_items and len(set(sizes)) != 1:
-        raise ProtocolError(f"shared_items=True needs the same item list in every seed, got item counts {sorted(set(sizes))}")
+        raise ProtocolError("shared_items=True needs the same item list in every seed, got item counts "
+                            f"{sorted(set(sizes))}")
     everything = np.concatenate(per_seed)
-    if bounds is None and everything.size and np.all(everything == everything[0]) and everything[0] != 0:
-        raise ProtocolError(f"every per-item difference equals {everything[0]!r}: a deterministic difference has no "
-                            "variance to test against; report it directly (or declare bounds= for bounded outcomes)")
     n_items = int(sizes[0])
     seed_means = np.array([x.mean() for x in per_seed])
     # With one shared item the item effect is part of the estimand, and the crossed model is the seed-level one.
@@ -586,8 +589,11 @@ def compare(
         mde = minimum_detectable_effect(se, df, alpha=alpha, bounded=bounded)
         se_at = math.sqrt(se**2 + (float(bounded_extra_variance(min_effect, est, width, n_cells)) if width else 0.0))
         pw = power(min_effect, se_at, df, alpha=alpha)
-    else:  # every difference is zero (unbounded): no scale to size an effect against
+    else:  # unbounded and every difference is the same: no scale to test or size an effect against
         mde = pw = t_stat = p = math.nan
+        if np.any(everything != 0):
+            method += (f"; deterministic: every per-item difference equals {everything[0]:.6g}, so the CI has zero "
+                       "width and the class compares that value with the smallest effect of interest")
     if not np.any(everything != 0):
         cls = "no_information"
     else:

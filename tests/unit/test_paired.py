@@ -336,8 +336,12 @@ def test_argument_types():
             run(TOY_A, TOY_B, min_effect=bad)
     with pytest.raises(ProtocolError, match="alpha"):
         run(TOY_A, TOY_B, alpha=0.5)
-    with pytest.raises(ProtocolError, match="deterministic"):
-        run({s: [1.0, 2.0] for s in range(3)}, {s: [1.5, 2.5] for s in range(3)})
+    # A deterministic difference (every item, every seed: +0.5, e.g. a step count of scripted controllers): a
+    # zero-width CI, no t, p or MDE, and the class from the value itself.
+    r = run({s: [1.0, 2.0] for s in range(3)}, {s: [1.5, 2.5] for s in range(3)}, higher_is_better=True)
+    assert (r.ci_low, r.ci_high, r.verdict_class, r.verdict) == (0.5, 0.5, "matters", "better")
+    assert math.isnan(r.t_stat) and math.isnan(r.p_value) and math.isnan(r.mde) and "deterministic" in r.method
+    assert run({s: [1.0, 2.0] for s in range(3)}, {s: [1.5, 2.5] for s in range(3)}, min_effect=1.0).verdict == "equivalent"
     with pytest.raises(ProtocolError, match="outside the declared bounds"):
         run(TOY_A, TOY_B, bounds=(0, 1))
 
