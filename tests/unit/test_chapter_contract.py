@@ -64,3 +64,23 @@ def test_committed_outputs_carry_no_widget_progress_warning(chapter):
     noisy = [i for i, cell in enumerate(nb.cells) if cell.cell_type == "code" for out in cell.get("outputs", [])
              if "IProgress not found" in str(out.get("text", ""))]
     assert not noisy, f"{chapter.id}: cells {noisy} publish tqdm's IProgress warning"
+
+
+@pytest.mark.parametrize("chapter", STARTED, ids=lambda c: c.id)
+def test_one_seed_one_run(chapter):
+    """A papermill run is one replication: no chapter trains a list of comparison seeds inside one run, and every
+    declared comparison reads an outcomes metric the committed notebook records, for arms it records."""
+    sources = [chapter.notebook.read_text()] + [p.read_text() for p in chapter.profile_path("x").parent.glob("*.yaml")]
+    assert not any("seeds_for_comparison" in s for s in sources), chapter.id
+    nb = nbformat.read(chapter.notebook, as_version=4)
+    recorded = {out["data"][SCRAP_MIME]["name"]: out["data"][SCRAP_MIME]["data"] for cell in nb.cells
+                if cell.cell_type == "code" for out in cell.get("outputs", []) if SCRAP_MIME in out.get("data", {})}
+    for c in chapter.comparisons:
+        data = recorded.get(f"outcomes_{c.metric}")
+        assert data is not None, f"{chapter.id}/{c.id}: the notebook records no outcomes_{c.metric}"
+        assert {c.a, c.b} <= set(data["arms"]), f"{chapter.id}/{c.id}: arms {c.a}, {c.b} not in {sorted(data['arms'])}"
+
+
+def test_every_chapter_declares_a_headline_comparison():
+    assert all(any(c.headline for c in ch.comparisons) for ch in STARTED), \
+        [ch.id for ch in STARTED if not any(c.headline for c in ch.comparisons)]
