@@ -62,13 +62,9 @@ def flatten(value, prefix: str = "") -> dict[str, object]:
     return {prefix: value}
 
 
-def glued(outputs) -> dict[str, object]:
-    """Flattened glued data of one cell's outputs (committed or executed)."""
-    return {name: value for name, (value, _) in glued_with_kind(outputs).items()}
-
-
 def glued_with_kind(outputs) -> dict[str, tuple[object, str]]:
-    """``{flattened name: (value, kind)}`` of one cell's outputs, every leaf carrying its scrap's declared kind."""
+    """``{flattened name: (value, kind)}`` of one cell's outputs (committed or executed); every leaf carries its
+    scrap's declared kind."""
     found: dict[str, tuple[object, str]] = {}
     for out in outputs or []:
         scrap = (out.get("data") or {}).get(SCRAP_MIME)

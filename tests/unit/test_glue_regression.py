@@ -19,7 +19,7 @@ def test_flatten_names_nested_values_like_the_spread_benchmark():
 def test_glued_reads_scraps_from_outputs_including_json_strings():
     outs = [_scrap("nll", {"sst": 6.1}), {"output_type": "stream", "text": "hi"},
             {"output_type": "display_data", "data": {SCRAP_MIME: json.dumps({"name": "n", "data": 3})}}]
-    assert gr.glued(outs) == {"nll.sst": 6.1, "n": 3}
+    assert gr.glued_with_kind(outs) == {"nll.sst": (6.1, "result"), "n": (3, "result")}
 
 
 def test_number_within_three_times_measured_spread_passes(monkeypatch):
