@@ -110,6 +110,10 @@ def glue_kind(output: dict) -> str:
     return glue_metadata(output).get("kind", "result")
 
 
+#: How :func:`_jsonable` stores non-finite floats, back to the floats a table showed (as NaN, inf, -inf).
+_NON_FINITE = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
+
+
 def _html_columns(shown_html: str) -> list[str]:
     """The header cells of a table's HTML rendering, unescaped (for tables glued before ``columns`` was recorded)."""
     from html.parser import HTMLParser
@@ -161,11 +165,13 @@ def rendering_problem(bundle: dict, metadata: dict | None = None) -> str | None:
         return None
     import pandas as pd
 
-    columns = list((metadata or {}).get("agentpost", {}).get("columns") or _html_columns(shown_html))
     keys = sorted({str(k) for row in data or [] for k in row})
+    columns = list((metadata or {}).get("agentpost", {}).get("columns")
+                   or [c for c in _html_columns(shown_html) if c in keys])  # (a columns' name is a header cell too)
     if data and sorted(columns) != keys:
         return f"its recorded columns {columns[:8]} are not its data's {keys[:8]}"
-    frame = pd.DataFrame.from_records(data, columns=columns) if data else pd.DataFrame(columns=columns)
+    rows = [{k: _NON_FINITE.get(v, v) if isinstance(v, str) else v for k, v in row.items()} for row in data or []]
+    frame = pd.DataFrame.from_records(rows, columns=columns) if rows else pd.DataFrame(columns=columns)
     if table_text(frame) != text:
         return "the table shown differs from its data"
     return None

@@ -66,8 +66,8 @@ def test_glue_records_its_kind_beside_the_scrap_not_in_it(captured):
 
 def test_table_check_reads_the_column_order_recorded_at_glue_time(captured):
     """Column names with spaces, pipes and unicode: the order comes from the glue-time metadata, not the text."""
-    frame = pd.DataFrame({"z after step 1": [0.5, 0.25], "a | b": [1, 2], "Δ loss (nats)": [-0.1, 0.2],
-                          "arm": ["grpo", "graft"]})
+    frame = pd.DataFrame({"z after step 1": [0.5, 0.25], "a | b": [1, 2], "Δ loss (nats)": [-0.1, float("nan")],
+                          "arm": ["grpo", "graft"]})  # NaN: stored as "nan", shown as NaN
     g.glue_table("gate_examples", frame)
     out = captured[0]
     assert out["metadata"]["agentpost"]["columns"] == list(frame.columns)
@@ -75,8 +75,13 @@ def test_table_check_reads_the_column_order_recorded_at_glue_time(captured):
     stored = json.loads(json.dumps(out, sort_keys=True))
     assert list(stored["data"][g.SCRAP_MIME]["data"][0]) == sorted(frame.columns)
     assert g.rendering_problem(stored["data"], stored["metadata"]) is None
-    # A table glued before the columns were recorded: the order of its HTML header cells (unescaped).
+    # A table glued before the columns were recorded: the order of its HTML header cells (unescaped), less a
+    # header cell that is no column (pandas shows the columns' name as one).
     assert g.rendering_problem(stored["data"], {}) is None
+    frame.columns.name = "policy"
+    g.glue_table("named_columns", frame)
+    assert "<th>policy</th>" in captured[1]["data"]["text/html"]
+    assert g.rendering_problem(captured[1]["data"], {}) is None
     tampered = dict(stored["data"], **{"text/plain": stored["data"]["text/plain"].replace("0.25", "0.75")})
     assert g.rendering_problem(tampered, stored["metadata"]) == "the table shown differs from its data"
     wrong = {"agentpost": {"columns": ["arm", "a | b", "z after step 1"]}}
