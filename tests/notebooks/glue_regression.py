@@ -30,6 +30,7 @@ from __future__ import annotations
 import copy
 import json
 import math
+import re
 from functools import lru_cache
 from pathlib import Path
 
@@ -124,13 +125,18 @@ def cell_problems(chapter: str, committed_outputs, executed_outputs) -> list[str
     """Why one executed cell's glued values are not the committed cell's (kinds read from the executed outputs)."""
     committed = glued_with_kind(committed_outputs)
     executed = glued_with_kind(executed_outputs)
-    problems = [f"{name}: recorded in the committed notebook, not by this run" for name, (_, kind) in committed.items()
-                if name not in executed and kind not in NOT_COMPARED]
+    problems = [f"{name}: recorded in the committed notebook, not by this run"
+                for name in _scraps(n for n, (_, kind) in committed.items() if n not in executed and kind not in NOT_COMPARED)]
     problems += [f"{name}: recorded by this run, not in the committed notebook (refresh it)"
-                 for name, (_, kind) in executed.items() if name not in committed and kind not in NOT_COMPARED]
+                 for name in _scraps(n for n, (_, kind) in executed.items() if n not in committed and kind not in NOT_COMPARED)]
     problems += [p for name, (value, kind) in executed.items() if name in committed
                  for p in [check_value(chapter, name, committed[name][0], value, kind)] if p]
     return problems
+
+
+def _scraps(flat_names) -> list[str]:
+    """The glued names (one per scrap, in order) that flattened names come from."""
+    return list(dict.fromkeys(re.split(r"[.\[]", name, maxsplit=1)[0] for name in flat_names))
 
 
 def _is_cell(item) -> bool:

@@ -75,6 +75,8 @@ def test_cell_check_reads_kinds_from_the_executed_outputs():
     assert gr.cell_problems("c", committed, executed) == [
         "new_metric: recorded by this run, not in the committed notebook (refresh it)"]
     assert gr.cell_problems("c", committed, executed[:1]) == ["loss: recorded in the committed notebook, not by this run"]
+    assert gr.cell_problems("c", [_scrap("facts", {"a": [1, 2], "b": 3})], []) == [
+        "facts: recorded in the committed notebook, not by this run"]  # one line per glued value, not per leaf
 
 
 def test_notebook_checks_run_on_the_executed_outputs():
