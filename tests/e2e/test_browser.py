@@ -28,7 +28,8 @@ from agentpost.project import project_root
 REPO = project_root()
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 VIEWPORT = {"width": 1400, "height": 900}
-#: Words of a generated table's cells (outside inline code) that render on more than one line: ``[cell, word]``.
+#: Words of a generated table's cells (outside inline code) that render on more than one line: ``[cell, word]``
+#: (the parts of a hyphenated word count as words: a line may end after a hyphen).
 BROKEN_WORDS_JS = """() => {
   const broken = [];
   const tables = Array.from(document.querySelectorAll('.pst-scrollable-table-container > table:not(.dataframe)'))
@@ -37,7 +38,7 @@ BROKEN_WORDS_JS = """() => {
     const walker = document.createTreeWalker(table, NodeFilter.SHOW_TEXT);
     for (let node = walker.nextNode(); node; node = walker.nextNode()) {
       if (node.parentElement.closest('code')) continue;
-      for (const match of node.textContent.matchAll(/\\S+/g)) {
+      for (const match of node.textContent.matchAll(/[^\\s-]+-?/g)) {  // a break after a hyphen is a normal one
         const range = document.createRange();
         range.setStart(node, match.index);
         range.setEnd(node, match.index + match[0].length);
