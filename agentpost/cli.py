@@ -53,6 +53,14 @@ def _cmd_list(args) -> int:
 
 
 def _cmd_run(args) -> int:
+    status, invalid = _run(args)
+    _say_invalid(invalid)
+    return status
+
+
+def _run(args) -> tuple[int, list[str]]:
+    """Run the batch and print its summary; returns the exit status (1 when a run failed or one it just made does
+    not validate) and the validation problems of the runs it just made."""
     from agentpost.run.batch import BatchInterrupted, run_batch, summary_table
     from agentpost.run.params import plan_runs
 
@@ -65,7 +73,29 @@ def _cmd_run(args) -> int:
             print(summary_table(stop.finished))
         raise
     print(summary_table(results))
-    return 1 if any(r.status == "failed" for r in results) else 0
+    invalid = _invalid_runs(results)
+    return (1 if invalid or any(r.status == "failed" for r in results) else 0), invalid
+
+
+def _invalid_runs(results) -> list[str]:
+    """``agentpost validate``'s problems with the runs a batch just made (a cached run validated before reuse)."""
+    from agentpost.evidence.validate import check_run
+    from agentpost.project import project_root
+
+    return [str(p) for r in results if r.status != "cached" and r.run_dir
+            for p in check_run(project_root() / r.run_dir).problems]
+
+
+def _say_invalid(invalid: list[str]) -> None:
+    """The last thing a command prints when runs it made do not validate: each problem, loudly, on stderr."""
+    if not invalid:
+        return
+    runs = sorted({line.split(": ", 1)[0] for line in invalid})
+    print(f"\n{'=' * 100}\nINVALID: {len(runs)} run(s) just made do not validate ({len(invalid)} problem(s)); "
+          "they are not evidence until fixed and re-run:", file=sys.stderr)
+    for line in invalid:
+        print(f"INVALID {line}", file=sys.stderr)
+    print("=" * 100, file=sys.stderr)
 
 
 def _cmd_validate(args) -> int:
@@ -184,10 +214,11 @@ def _cmd_book(args) -> int:
     from agentpost.project import project_root
 
     started = [c.id for c in chapters() if c.started and "smoke" in c.profiles]
-    status = 0
+    status, invalid = 0, []
     if started and not args.skip_runs:
-        status = _cmd_run(argparse.Namespace(chapters=started, profile="smoke", seeds=None, param=[], jobs=args.jobs,
-                                             force=False, **{k: getattr(args, k) for k in BACKEND_OPTIONS}))
+        status, invalid = _run(argparse.Namespace(chapters=started, profile="smoke", seeds=None, param=[],
+                                                  jobs=args.jobs, force=False,
+                                                  **{k: getattr(args, k) for k in BACKEND_OPTIONS}))
     report = args.claims_report or _claim_tests(project_root())
     _cmd_ledger(argparse.Namespace(claims_report=report))
     root = project_root()
@@ -195,9 +226,10 @@ def _cmd_book(args) -> int:
     build = subprocess.run([jb, "build", str(root), "-W", "-n", "--keep-going", "--path-output", str(root)], cwd=root)
     if build.returncode:
         print("jupyter-book build failed", file=sys.stderr)
-        return build.returncode
-    print(f"book built: {root / '_build' / 'html' / 'index.html'}")
-    return status
+    else:
+        print(f"book built: {root / '_build' / 'html' / 'index.html'}")
+    _say_invalid(invalid)
+    return build.returncode or status
 
 
 def _cmd_refresh(args) -> int:

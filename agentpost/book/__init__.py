@@ -1,7 +1,8 @@
 """Sphinx extension for the book (listed in ``_config.yml``): fixes that make every page load without console errors and fit the page.
 
-* Long metric names in the ledger's and evidence pages' tables may wrap (``assets/agentpost-book.css``), so a
-  "Recorded metrics across seeds" table fits the page instead of hiding its last column.
+* In the ledger's and evidence pages' tables, text wraps between whole words and only long metric names may break
+  anywhere (``assets/agentpost-book.css``), so a "Recorded metrics across seeds" table fits the page instead of
+  hiding its last column, and short columns are not squeezed letter by letter.
 * Jupyter Book 1 runs sphinx-thebe's ``env-before-read-docs`` handler twice, so every page declared
   ``const THEBE_JS_URL`` twice (a SyntaxError in the browser console); each page keeps the first copy of a script.
 The browser test (``tests/e2e/test_browser.py``) is what finds such errors.

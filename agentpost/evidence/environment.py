@@ -97,4 +97,4 @@ def show_device() -> None:
     """
     from agentpost.evidence.recording import glue
 
-    glue(GLUE_NAME, environment_facts())
+    glue(GLUE_NAME, environment_facts(), kind="machine")

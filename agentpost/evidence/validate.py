@@ -7,8 +7,10 @@ What is recomputed (book/receipts.md has the reader's version):
 * the folder: ``<chapter>/<profile>[/ad-hoc]/seed-<seed>-<run_key>`` under the runs root;
 * the parameters: the named profile's file plus the recorded overrides (and ``kind`` from the overrides);
 * the output notebook: its injected parameters (cell and papermill metadata) equal the receipt's, its cells
-  hash to ``hashes.source_notebook``, every glued value's text renders its scrap data, every glue call a cell makes
-  unconditionally has its output, the metrics equal its scraps, and the status matches its error outputs;
+  hash to ``hashes.source_notebook``, the metrics equal its scraps, the status matches its error outputs, and it
+  passes :func:`notebook_problems` (the checks of the notebook alone, which the nbval plugin also applies: every
+  glued value's text renders its scrap data, every glue call a cell makes unconditionally has its output, the
+  device is recorded);
 * the environment: the device and packages equal what the notebook itself recorded
   (:func:`agentpost.evidence.environment.show_device`), and the timing agrees with papermill's;
 * staleness: whether the code, the notebook and the data are still the repository's (not an error; shown).
@@ -172,6 +174,45 @@ def _glued_unconditionally(cell) -> set[str]:
     return names
 
 
+def error_cells(nb) -> list[int]:
+    """Indices of the cells with an error output (one per error)."""
+    return [i for i, c in enumerate(nb.cells) for o in c.get("outputs", []) if o.get("output_type") == "error"]
+
+
+def notebook_problems(nb, run: str = "") -> list[Problem]:
+    """The checks an executed notebook must pass by itself, without a receipt (``run`` names it in the problems).
+
+    Shared by :func:`check_run` and by the nbval plugin (tests/notebooks/glue_regression.py), so a chapter whose
+    fresh run would not validate fails the tests: one cell tagged ``parameters`` (where papermill injects), every
+    glued value's text renders its data, every glue a cell makes unconditionally (before the first error) has its
+    output, and the device recorded by :func:`~agentpost.evidence.environment.show_device`.
+    """
+    problems: list[Problem] = []
+    tagged = [i for i, c in enumerate(nb.cells) if "parameters" in c.get("metadata", {}).get("tags", [])]
+    if len(tagged) != 1:
+        problems.append(Problem(run, "notebook.parameters", f"needs exactly one cell tagged 'parameters' (where "
+                                f"papermill injects the run's parameters), found {len(tagged)}"))
+    errors = error_cells(nb)
+    last_run = errors[0] if errors else len(nb.cells)
+    shown: set[str] = set()
+    expected_glues: set[str] = set()
+    for i, cell in enumerate(nb.cells):
+        for out in cell.get("outputs", []):
+            meta = out.get("metadata", {}).get("scrapbook", {})
+            if meta.get("name"):
+                shown.add(meta["name"])
+            if SCRAP_MIME in (out.get("data") or {}) and (why := rendering_problem(out["data"], out.get("metadata"))):
+                problems.append(Problem(run, f"metrics.{meta.get('name', '?')}", f"glued text: {why}"))
+        if cell.cell_type == "code" and i < last_run:
+            expected_glues |= _glued_unconditionally(cell)
+    problems += [Problem(run, f"metrics.{missing}", "its cell glues it, but the notebook has no output for it (deleted?)")
+                 for missing in sorted(expected_glues - shown)]
+    if not isinstance(read_scraps(nb).get(GLUE_NAME), dict):
+        problems.append(Problem(run, "device", "the notebook did not record its device (its set-up cell must call "
+                                f"show_device(), glued as {GLUE_NAME})"))
+    return problems
+
+
 def _check_notebook(r: dict, nb, bad) -> None:
     injected = _injected(nb)
     if injected != r["parameters"]:
@@ -183,23 +224,11 @@ def _check_notebook(r: dict, nb, bad) -> None:
     source_cells = [c for c in nb.cells if not added & set(c.get("metadata", {}).get("tags", []))]
     if notebook_source_hash({"cells": source_cells}) != r["hashes"]["source_notebook"]:
         bad("hashes.source_notebook", "the output notebook's cells are not the source notebook the receipt names")
-    errors = [i for i, c in enumerate(nb.cells) for o in c.get("outputs", []) if o.get("output_type") == "error"]
+    errors = error_cells(nb)
     if (r["status"] == "ok") == bool(errors) or (r["status"] == "ok") != (r["error"] is None):
         bad("status", f"{r['status']!r} but the notebook has {len(errors)} error output(s) and error is {r['error']!r}")
-    shown: set[str] = set()
-    last_run = (errors[0] if errors else len(nb.cells))
-    expected_glues: set[str] = set()
-    for i, cell in enumerate(nb.cells):
-        for out in cell.get("outputs", []):
-            meta = out.get("metadata", {}).get("scrapbook", {})
-            if meta.get("name"):
-                shown.add(meta["name"])
-            if SCRAP_MIME in (out.get("data") or {}) and (why := rendering_problem(out["data"])):
-                bad(f"metrics.{meta.get('name', '?')}", f"glued text: {why}")
-        if cell.cell_type == "code" and i < last_run:
-            expected_glues |= _glued_unconditionally(cell)
-    for missing in sorted(expected_glues - shown):
-        bad(f"metrics.{missing}", "its cell glues it, but the notebook has no output for it (deleted?)")
+    for problem in notebook_problems(nb):
+        bad(problem.field, problem.message)
     scraps = read_scraps(nb)
     for key in sorted(set(scraps) | set(r["metrics"])):
         if key not in r["metrics"]:
@@ -231,8 +260,7 @@ def _check_timing(r: dict, pm: dict, bad) -> None:
 def _check_environment(r: dict, nb, bad) -> None:
     facts = read_scraps(nb).get(GLUE_NAME)
     if not isinstance(facts, dict):
-        bad("device", f"the notebook did not record its device (its set-up cell must call show_device(), glued as {GLUE_NAME})")
-        return
+        return  # a problem of the notebook itself (notebook_problems)
     if facts.get("device") != r["device"]:
         diff = sorted(k for k in set(r["device"]) | set(facts.get("device") or {})
                       if r["device"].get(k) != (facts.get("device") or {}).get(k))

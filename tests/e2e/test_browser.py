@@ -5,7 +5,8 @@ then say so). Every page -- the index, the ledger, each chapter and evidence pag
 error; every glued value (``{glue:text}``) must be visible and non-empty; math must be typeset by MathJax (served
 from the book itself, so this holds offline); every image must load; every local link and anchor must resolve;
 the tables of the generated ledger and evidence pages must fit the page (none wider than its container; the
-machine-to-machine spread table, nine numeric columns, keeps a scroll bar).
+machine-to-machine spread table, nine numeric columns, keeps a scroll bar) and stay readable at a 1400-pixel
+window: no word of a cell's text breaks across lines (only long metric names, inline code, may).
 Chromium comes from the Debian package (``.ci/run`` installs it where missing).
 """
 
@@ -26,6 +27,28 @@ from agentpost.project import project_root
 
 REPO = project_root()
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+VIEWPORT = {"width": 1400, "height": 900}
+#: Words of a generated table's cells (outside inline code) that render on more than one line: ``[cell, word]``
+#: (the parts of a hyphenated word count as words: a line may end after a hyphen).
+BROKEN_WORDS_JS = """() => {
+  const broken = [];
+  const tables = Array.from(document.querySelectorAll('.pst-scrollable-table-container > table:not(.dataframe)'))
+    .filter(t => !t.closest('#machine-to-machine-spread'));
+  for (const table of tables) {
+    const walker = document.createTreeWalker(table, NodeFilter.SHOW_TEXT);
+    for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+      if (node.parentElement.closest('code')) continue;
+      for (const match of node.textContent.matchAll(/[^\\s-]+-?/g)) {  // a break after a hyphen is a normal one
+        const range = document.createRange();
+        range.setStart(node, match.index);
+        range.setEnd(node, match.index + match[0].length);
+        const lines = new Set(Array.from(range.getClientRects()).filter(r => r.width > 0).map(r => Math.round(r.top)));
+        if (lines.size > 1) broken.push([node.parentElement.closest('th, td').textContent.trim().slice(0, 40), match[0]]);
+      }
+    }
+  }
+  return broken;
+}"""
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="no chromium on PATH (install the Debian package 'chromium')")
 
 
@@ -77,7 +100,7 @@ def test_every_page_loads_cleanly_with_values_math_images_and_links(html_root):
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
         for path in pages:
-            page = browser.new_page()
+            page = browser.new_page(viewport=VIEWPORT)
             errors: list[str] = []
             page.on("console", lambda msg, errors=errors: errors.append(msg.text) if msg.type == "error" else None)
             page.on("pageerror", lambda exc, errors=errors: errors.append(str(exc)))
@@ -114,6 +137,8 @@ def test_every_page_loads_cleanly_with_values_math_images_and_links(html_root):
                                      ".filter(c => c.scrollWidth > c.clientWidth + 1).length")
                 if wide:
                     problems.append(f"{name}: {wide} table(s) wider than the page (a column hidden behind a scroll bar)")
+                if broken := page.evaluate(BROKEN_WORDS_JS):
+                    problems.append(f"{name}: {len(broken)} word(s) broken across lines in table cells, e.g. {broken[:3]}")
             if errors:
                 problems.append(f"{name}: console errors {errors[:3]}")
             page.close()

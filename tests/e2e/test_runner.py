@@ -150,3 +150,24 @@ def test_each_seed_is_a_distinct_replication(tiny_runs):
     assert plan.returncode == 0, plan.stderr
     assert "trigram_vs_bigram (C3, headline; margin 0.02): pilot 3 seeds x 60 items" in plan.stdout
     assert " seeds x " in plan.stdout.split("pilot", 1)[1] and " min" in plan.stdout
+
+
+def test_a_run_that_does_not_validate_is_named_last_and_fails_the_command(tmp_path):
+    """A notebook that does not record its device makes runs ``agentpost validate`` rejects: ``run`` says so at
+    the end, naming the run and the reason, and exits 1 although the notebook itself ran."""
+    import nbformat
+
+    from tests.e2e.conftest import make_project
+
+    project = make_project(tmp_path)
+    path = project / "notebooks" / "paired-protocol.ipynb"
+    nb = nbformat.read(path, as_version=4)
+    for cell in nb.cells:
+        cell.source = "\n".join(line for line in cell.source.splitlines() if not line.startswith("show_device()"))
+    nbformat.write(nb, path)
+    result = agentpost(project, "run", "paired-protocol", "--profile", "tiny", "--seeds", "42")
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert " ok " in result.stdout.splitlines()[2]  # the run itself succeeded
+    tail = result.stderr.strip().splitlines()
+    assert tail[-1].startswith("====") and "INVALID: 1 run(s) just made do not validate" in result.stderr
+    assert any("seed-42-" in line and "device: the notebook did not record its device" in line for line in tail)

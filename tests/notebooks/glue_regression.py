@@ -11,35 +11,41 @@ checks those values too, in every executed cell, against the committed notebook'
   ``OMP_NUM_THREADS=1``). Four runs underestimate the full range over machines, hence the factor. A value
   without a measurement must match to ``RTOL`` relative or ``ATOL`` absolute.
 * strings (verdicts, selected arms): equal to the committed one, or to one of the values seen across kernel paths.
-* values matching ``NOT_REPRODUCIBLE`` are not compared: wall-clock measurements and the facts of the machine
-  itself (``show_device``'s ``run_environment``), which no other machine reproduces.
+* what a value is comes from the kind it was glued with (``agentpost.evidence.recording.KINDS``, read from the
+  executed output's metadata, never from its name): ``deterministic`` values must match to ``RTOL``/``ATOL`` whatever
+  the measured spread; ``timing`` and ``machine`` values (wall-clock measurements, ``show_device``'s
+  ``run_environment``), which no other machine reproduces, are not compared, and only they may be recorded by
+  the run but absent from the committed notebook (a committed notebook older than its ``show_device()`` call).
+
+After a notebook's last cell, one more item (``agentpost checks``) applies ``agentpost validate``'s checks of the
+notebook alone (:func:`agentpost.evidence.validate.notebook_problems`: the parameters cell papermill injects after,
+every glued text renders its data, every unconditional glue has its output, the device is recorded; and no error
+output) to the executed notebook, so a chapter whose fresh run would not validate fails the tests.
 
 Enable with ``-p tests.notebooks.glue_regression`` (the Makefile's nbval step does).
 """
 
 from __future__ import annotations
 
-import fnmatch
+import copy
 import json
 import math
+import re
 from functools import lru_cache
 from pathlib import Path
 
 import pytest
 
-from agentpost.evidence.recording import SCRAP_MIME
+from agentpost.evidence.recording import SCRAP_MIME, glue_kind
+from agentpost.evidence.validate import error_cells, notebook_problems
 
 ROOT = Path(__file__).resolve().parents[2]
 SPREAD_DIR = ROOT / "book" / "spread"
 SPREAD_FACTOR = 3.0
 RTOL = 1e-6
 ATOL = 1e-6  # below any effect a chapter reports; above the low-bit noise of deterministic float code
-#: Glued names (fnmatch patterns over flattened names) that no other machine reproduces, per chapter ("*": all):
-#: wall-clock measurements and the run's own device and package facts.
-NOT_REPRODUCIBLE: dict[str, tuple[str, ...]] = {
-    "*": ("run_environment*", "*_ms*", "*_s", "*wall*", "*seconds*", "*time_ratio*", "*gflops*", "*latency*",
-          "*throughput*", "*overhead_frac*", "*decode_ratio*", "*ms_per_token*"),
-}
+#: Kinds that no other machine reproduces: never compared.
+NOT_COMPARED = ("timing", "machine")
 
 
 def flatten(value, prefix: str = "") -> dict[str, object]:
@@ -57,16 +63,18 @@ def flatten(value, prefix: str = "") -> dict[str, object]:
     return {prefix: value}
 
 
-def glued(outputs) -> dict[str, object]:
-    """Flattened glued data of one cell's outputs (committed or executed)."""
-    found: dict[str, object] = {}
+def glued_with_kind(outputs) -> dict[str, tuple[object, str]]:
+    """``{flattened name: (value, kind)}`` of one cell's outputs (committed or executed); every leaf carries its
+    scrap's declared kind."""
+    found: dict[str, tuple[object, str]] = {}
     for out in outputs or []:
         scrap = (out.get("data") or {}).get(SCRAP_MIME)
         if scrap is None:
             continue
         if isinstance(scrap, str):
             scrap = json.loads(scrap)
-        found.update(flatten(scrap["data"], scrap["name"]))
+        kind = glue_kind(out)
+        found.update({name: (value, kind) for name, value in flatten(scrap["data"], scrap["name"]).items()})
     return found
 
 
@@ -74,11 +82,6 @@ def glued(outputs) -> dict[str, object]:
 def measured_spread(chapter: str) -> dict[str, dict]:
     path = SPREAD_DIR / f"{chapter}.json"
     return json.loads(path.read_text())["values"] if path.is_file() else {}
-
-
-def not_reproducible(chapter: str, name: str) -> bool:
-    patterns = NOT_REPRODUCIBLE.get("*", ()) + NOT_REPRODUCIBLE.get(chapter, ())
-    return any(fnmatch.fnmatch(name, p) for p in patterns)
 
 
 def _number(x) -> float | None:
@@ -91,11 +94,11 @@ def _number(x) -> float | None:
     return None
 
 
-def check_value(chapter: str, name: str, committed, executed) -> str | None:
-    """The reason ``executed`` is not an acceptable reproduction of ``committed``, or None."""
-    if not_reproducible(chapter, name):
+def check_value(chapter: str, name: str, committed, executed, kind: str = "result") -> str | None:
+    """The reason ``executed`` (glued as ``kind``) is not an acceptable reproduction of ``committed``, or None."""
+    if kind in NOT_COMPARED:
         return None
-    measured = measured_spread(chapter).get(name, {})
+    measured = measured_spread(chapter).get(name, {}) if kind != "deterministic" else {}
     c, e = _number(committed), _number(executed)
     if c is not None and e is not None:
         if math.isnan(c) and math.isnan(e):
@@ -118,17 +121,94 @@ class GlueRegression(AssertionError):
     """A glued value moved further than its measured kernel-path spread allows."""
 
 
+def cell_problems(chapter: str, committed_outputs, executed_outputs) -> list[str]:
+    """Why one executed cell's glued values are not the committed cell's (kinds read from the executed outputs)."""
+    committed = glued_with_kind(committed_outputs)
+    executed = glued_with_kind(executed_outputs)
+    problems = [f"{name}: recorded in the committed notebook, not by this run"
+                for name in _scraps(n for n, (_, kind) in committed.items() if n not in executed and kind not in NOT_COMPARED)]
+    problems += [f"{name}: recorded by this run, not in the committed notebook (refresh it)"
+                 for name in _scraps(n for n, (_, kind) in executed.items() if n not in committed and kind not in NOT_COMPARED)]
+    problems += [p for name, (value, kind) in executed.items() if name in committed
+                 for p in [check_value(chapter, name, committed[name][0], value, kind)] if p]
+    return problems
+
+
+def _scraps(flat_names) -> list[str]:
+    """The glued names (one per scrap, in order) that flattened names come from."""
+    return list(dict.fromkeys(re.split(r"[.\[]", name, maxsplit=1)[0] for name in flat_names))
+
+
+def _is_cell(item) -> bool:
+    return type(item).__name__ == "IPyNbCell" and hasattr(item, "cell_num")
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item):
     result = yield
-    if type(item).__name__ == "NbCellItem" and getattr(item, "test_outputs", None) is not None:
+    if _is_cell(item) and getattr(item, "test_outputs", None) is not None:
         chapter = Path(str(item.fspath)).stem
-        committed, executed = glued(item.cell.get("outputs")), glued(item.test_outputs)
-        problems = [f"{name}: recorded in the committed notebook, not by this run"
-                    for name in committed if name not in executed and not not_reproducible(chapter, name)]
-        problems += [p for name in committed if name in executed
-                     for p in [check_value(chapter, name, committed[name], executed[name])] if p]
+        problems = cell_problems(chapter, item.cell.get("outputs"), item.test_outputs)
         if problems:
             raise GlueRegression(f"{chapter} cell {item.cell_num}: glued values differ from the committed notebook:\n  "
                                  + "\n  ".join(problems))
     return result
+
+
+def executed_notebook(committed_nb, cells) -> dict | None:
+    """The committed notebook with each code cell's outputs replaced by the ones this session's run produced
+    (a cell nbval skips keeps its committed outputs); None when some other cell did not run."""
+    nb = copy.deepcopy(committed_nb)
+    by_num = {item.cell_num: item for item in cells}
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    for num, cell in enumerate(code):
+        item = by_num.get(num)
+        if item is None or (item.test_outputs is None and not item.options["skip"]):
+            return None
+        if item.test_outputs is not None:
+            cell["outputs"] = item.test_outputs
+    return nb
+
+
+class NotebookChecks(pytest.Item):
+    """``agentpost validate``'s checks of the notebook alone, on the notebook this session executed."""
+
+    def __init__(self, *, cells, **kwargs):
+        super().__init__(**kwargs)
+        self.cells = cells
+
+    def runtest(self):
+        nb = executed_notebook(self.parent.nb, self.cells)
+        if nb is None:
+            pytest.skip("not every cell of the notebook ran in this session")
+        name = Path(str(self.fspath)).name
+        problems = [str(p) for p in notebook_problems(nb, name)]
+        problems += [f"{name}: status: cell {i} raised an error" for i in error_cells(nb)]
+        if problems:
+            raise NotebookInvalid(f"{name}: a fresh run of this notebook would not validate:\n  " + "\n  ".join(problems))
+
+    def repr_failure(self, excinfo):
+        if isinstance(excinfo.value, NotebookInvalid):
+            return str(excinfo.value)
+        return super().repr_failure(excinfo)
+
+    def reportinfo(self):
+        return self.fspath, None, f"{Path(str(self.fspath)).name}::agentpost checks"
+
+
+class NotebookInvalid(AssertionError):
+    """The executed notebook fails a check of ``agentpost validate``."""
+
+
+def pytest_collection_modifyitems(session, config, items):
+    """Put a :class:`NotebookChecks` item after the last cell of every notebook nbval collected."""
+    out, cells = [], []
+    for index, item in enumerate(items):
+        out.append(item)
+        if _is_cell(item):
+            cells.append(item)
+            following = items[index + 1] if index + 1 < len(items) else None
+            if following is None or following.parent is not item.parent:
+                out.append(NotebookChecks.from_parent(item.parent, name="agentpost checks", cells=cells))
+                cells = []
+    items[:] = out

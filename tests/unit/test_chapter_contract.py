@@ -1,5 +1,7 @@
 """Contracts between each started chapter's catalogue entry, committed notebook and smoke profile."""
 
+import ast
+
 import nbformat
 import pytest
 import yaml
@@ -84,3 +86,29 @@ def test_one_seed_one_run(chapter):
 def test_every_chapter_declares_a_headline_comparison():
     assert all(any(c.headline for c in ch.comparisons) for ch in STARTED), \
         [ch.id for ch in STARTED if not any(c.headline for c in ch.comparisons)]
+
+
+def _body(cell) -> list:
+    try:
+        return ast.parse(cell.source).body
+    except SyntaxError:
+        return []
+
+
+def _calls(cell, names: set[str]) -> bool:
+    """Whether the cell calls one of ``names`` (as a bare function) anywhere."""
+    return any(isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in names
+               for statement in _body(cell) for n in ast.walk(statement))
+
+
+@pytest.mark.parametrize("chapter", STARTED, ids=lambda c: c.id)
+def test_set_up_cell_records_the_device(chapter):
+    """``agentpost validate`` refuses a run whose notebook did not record its device: the set-up cell (before any
+    cell that records a value) calls ``show_device()`` unconditionally, once."""
+    code = [c for c in nbformat.read(chapter.notebook, as_version=4).cells if c.cell_type == "code"]
+    calling = [i for i, c in enumerate(code)
+               if "show_device()" in [ast.unparse(s.value) for s in _body(c) if isinstance(s, ast.Expr)]]
+    assert len(calling) == 1, (f"{chapter.id}: {len(calling)} top-level show_device() calls in "
+                               f"notebooks/{chapter.id}.ipynb; its set-up cell needs one")
+    earlier = [i for i in range(calling[0]) if _calls(code[i], {"glue", "glue_table", "glue_figure", "glue_paired"})]
+    assert not earlier, f"{chapter.id}: code cells {earlier} record values before the set-up cell calls show_device()"

@@ -133,10 +133,11 @@ def test_glued_text_must_render_its_data():
     from agentpost.evidence.recording import table_text
 
     table = {SCRAP_MIME: {"name": "t", "data": [{"a": 1, "b": 0.5}, {"a": 2, "b": 0.25}]}, "text/html": "<table>"}
+    columns = {"agentpost": {"columns": ["b", "a"]}}  # recorded by glue_table (tests/unit/test_glue.py)
     table["text/plain"] = table_text(pd.DataFrame({"b": [0.5, 0.25], "a": [1, 2]}))
-    assert rendering_problem(table) is None
+    assert rendering_problem(table, columns) is None
     table["text/plain"] = table_text(pd.DataFrame({"b": [0.5, 0.75], "a": [1, 2]}))
-    assert rendering_problem(table) == "the table shown differs from its data"
+    assert rendering_problem(table, columns) == "the table shown differs from its data"
     assert format_value({"k": [1.0, "s", None]}) == "{k: [1, s, None]}"
 
 
@@ -173,8 +174,10 @@ def test_show_device_records_the_receipts_device_facts(monkeypatch):
     from agentpost.evidence import environment
 
     shown = []
-    monkeypatch.setattr("agentpost.evidence.recording._display", lambda bundle, name, data: shown.append(bundle))
+    monkeypatch.setattr("agentpost.evidence.recording._display",
+                        lambda bundle, name, data, **recorded: shown.append({**bundle, "recorded": recorded}))
     environment.show_device()
+    assert shown[0]["recorded"] == {"kind": "machine"}  # never compared with another machine's (glue_regression.py)
     scrap = shown[0][SCRAP_MIME]
     assert scrap["name"] == environment.GLUE_NAME
     assert scrap["data"]["device"] == environment.device_info()
