@@ -169,4 +169,4 @@ def record_outcomes(metric: str, outcomes: Mapping[str, Any], *, facts: Mapping[
     name = PREFIX + metric
     scrap = {"name": name, "data": data, "encoder": "json", "version": 1}
     _display({SCRAP_MIME: scrap, "text/plain": outcomes_text(data), "text/html": outcomes_html(data)}, name,
-             data=True)
+             data=True, kind="result")
