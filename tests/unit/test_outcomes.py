@@ -72,7 +72,7 @@ def test_fingerprint_is_content_addressed():
 
 def test_record_outcomes_renders_its_data(monkeypatch):
     shown = []
-    monkeypatch.setattr("agentpost.evidence.outcomes._display", lambda bundle, name, data: shown.append(bundle))
+    monkeypatch.setattr("agentpost.evidence.outcomes._display", lambda bundle, name, **_: shown.append(bundle))
     record_outcomes("acc", {"b": [1, 0], "a": [0, 0]}, items=["x", "y"], facts={"a": FACTS, "b": FACTS})
     bundle = shown[0]
     assert bundle[SCRAP_MIME]["name"] == "outcomes_acc"
