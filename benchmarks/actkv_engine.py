@@ -21,6 +21,7 @@ import sys
 
 import torch
 import transformers
+from _table import emit
 
 from agentpost.actkv.diagnostic import DiagTrace, decode_profile, load_heldout_traces
 from agentpost.models.lm import load_tool_lm, tool_lm_config
@@ -70,6 +71,9 @@ def main(argv=None) -> dict:
         print(f"{method:<13}{res['decode_ms_per_token']:>10.3f}{res.get('decode_ratio_vs_fullkv', float('nan')):>8.3f}"
               f"{res.get('peak_frac_vs_fullkv', float('nan')):>11.3f}{res['max_round_overhead_frac']:>9.1%}"
               f"  {res['peak_within_bound']}")
+        # decode_profile keeps the median over repeats only: p20/p80 are NaN in the long table.
+        emit("actkv_engine", f"{method} B={args.ratio:.0%} decode/token", res["decode_ms_per_token"], float("nan"),
+             float("nan"), "ms")
     receipt = {"benchmark": "actkv_engine", "model": model_label, "trace": trace_label, "repeats": args.repeats,
                "threads": args.threads, "device": "cpu", "torch": torch.__version__, "python": platform.python_version(),
                **prof}

@@ -20,7 +20,7 @@ import os
 import shutil
 from pathlib import Path
 
-from agentpost.project import cache_root
+from agentpost.project import cache_root, hub_offline
 
 
 def datasets_cache() -> Path:
@@ -89,7 +89,6 @@ def _complete(folder: Path, source) -> bool:
 def from_hub(name: str) -> Path:
     """Folder (in the project cache) holding data set ``name`` rebuilt from its hub copy and checked (module doc)."""
     from agentpost.data.registry import HUB_SOURCES, DataChecksumError, DataMissingError
-    from agentpost.models.hub import hub_offline
 
     source = HUB_SOURCES[name]
     folder = cache_root() / "data" / name

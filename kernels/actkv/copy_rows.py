@@ -7,7 +7,6 @@ independent and run in one parallel pass with no scratch buffer.
 """
 from __future__ import annotations
 
-import torch
 import triton
 import triton.language as tl
 
