@@ -11,15 +11,16 @@ from agentpost.rl.advantages import (
     rloo_advantage,
 )
 from agentpost.rl.losses import (
-    AGGREGATIONS, aggregate, clipped_policy_loss, kl_estimate, policy_objective, register_aggregation,
+    AGGREGATIONS, EMPTY_ROWS, aggregate, clip_fraction, clipped_policy_loss, kl_estimate, policy_objective,
+    register_aggregation,
 )
 from agentpost.rl.segments import (
     SegmentMismatch, broadcast_segment_values, broadcast_sequence_values, segment_ids,
 )
 
 __all__ = [
-    "ADVANTAGE_ESTIMATORS", "AGGREGATIONS", "SegmentMismatch", "aggregate", "broadcast_segment_values",
-    "broadcast_sequence_values", "clipped_policy_loss", "dr_grpo_advantage", "get_advantage", "group_advantage",
+    "ADVANTAGE_ESTIMATORS", "AGGREGATIONS", "EMPTY_ROWS", "SegmentMismatch", "aggregate", "broadcast_segment_values",
+    "broadcast_sequence_values", "clip_fraction", "clipped_policy_loss", "dr_grpo_advantage", "get_advantage", "group_advantage",
     "group_stats", "kl_estimate", "policy_objective", "register_advantage", "register_aggregation",
     "rloo_advantage", "segment_ids",
 ]
