@@ -9,23 +9,13 @@ skip fully masked rows), ``core_algos.py::compute_policy_loss_vanilla`` (``pg_cl
 
 from __future__ import annotations
 
-from typing import Callable
-
 import torch
 
-AGGREGATIONS: dict[str, Callable[..., torch.Tensor]] = {}
+from agentpost.registry import Registry
 
-
-def register_aggregation(name: str):
-    """Register a loss aggregation ``f(loss, mask, **kw) -> scalar`` under ``name``."""
-
-    def wrap(fn):
-        if name in AGGREGATIONS:
-            raise ValueError(f"aggregation {name!r} is already registered")
-        AGGREGATIONS[name] = fn
-        return fn
-
-    return wrap
+#: name -> loss aggregation ``f(loss, mask, **kw) -> scalar``.
+AGGREGATIONS = Registry("aggregation")
+register_aggregation = AGGREGATIONS.register
 
 
 def _check_same(name: str, x: torch.Tensor, ref: torch.Tensor) -> None:
@@ -216,9 +206,7 @@ def aggregate(loss: torch.Tensor, mask: torch.Tensor, mode: str, **kwargs) -> to
     """Aggregate a per-token loss with the mode registered as ``mode`` (``max_len`` for ``dr_grpo``,
     ``global_tokens`` for ``global_token_mean``, optional ``empty_rows`` for the seq-mean modes)."""
     _check_same("mask", mask, loss)
-    if mode not in AGGREGATIONS:
-        raise KeyError(f"unknown aggregation {mode!r}; known: {sorted(AGGREGATIONS)}")
-    return AGGREGATIONS[mode](loss, mask, **kwargs)
+    return AGGREGATIONS.lookup(mode)(loss, mask, **kwargs)
 
 
 def clipped_policy_loss(
