@@ -10,7 +10,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from ._common import next_pow2
+from .._common import next_pow2
 
 
 @triton.jit
