@@ -7,7 +7,7 @@
 
 Model: the project's tool LM (``agentpost.models.lm.load_tool_lm``) when its checkpoint is present, otherwise a
 random-init model of the same architecture (reported as such). Trace: the longest of a few held-out tool traces
-(:mod:`agentpost.actkv.traces`: synthetic format over real StableToolBench API docs).
+(:mod:`agentpost.data.tool_traces`: synthetic format over real StableToolBench API docs).
 
     .venv/bin/python benchmarks/actkv_engine.py [--ratio 0.25] [--repeats 3] [--methods fullkv,actkv] [--out r.json]
 """

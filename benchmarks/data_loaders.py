@@ -26,7 +26,7 @@ LOADS = {
     "wikitext-2 train (text)": ("plain_text", "wikitext-2", "train.txt",
                                 "from agentpost.data import wikitext2; wikitext2.read_split('train')"),
     "stabletoolbench queries (json)": ("plain_json", "stabletoolbench", "queries.jsonl",
-                                       "from agentpost.data.hf import local_rows; local_rows('stabletoolbench', 'queries.jsonl', 'json').to_list()"),
+                                       "from agentpost.data.hf import local_rows; from agentpost.data.registry import data_file; local_rows(data_file('stabletoolbench', 'queries.jsonl'), 'json').to_list()"),
 }
 PLAIN = {
     "plain_json": "import json; from agentpost.data.registry import data_file\n"

@@ -63,12 +63,57 @@ def layering_violations(files, root: Path = ROOT) -> list[str]:
     return bad
 
 
+#: Order inside the shared core: (importer prefix, prefixes it must not import). ``data`` sits below ``models``;
+#: inside ``data``, ``sources`` is the leaf and ``hf`` does not reach back into ``registry`` (no import cycle);
+#: ``rl`` is pure tensors; ``evidence`` sits below ``run``.
+CORE_ORDER = (
+    ("agentpost.data", ("agentpost.models", "agentpost.run", "agentpost.rl", "agentpost.stats")),
+    ("agentpost.data.sources", ("agentpost.",)),
+    ("agentpost.data.hf", ("agentpost.data.registry",)),
+    ("agentpost.models", ("agentpost.run", "agentpost.rl", "agentpost.stats")),
+    ("agentpost.rl", ("agentpost.data", "agentpost.evidence", "agentpost.models", "agentpost.run")),
+    ("agentpost.evidence", ("agentpost.run",)),
+)
+#: Known exceptions, each with its reason; an entry here is a debt to pay, not a rule.
+CORE_ORDER_KNOWN = {
+    # validate.py re-checks a receipt's parameters with the notebook-parameter parser of run/params.py; moving that
+    # parser below evidence belongs to the rewrite of agentpost/run (issue 24, owned there).
+    ("agentpost.evidence.validate", "agentpost.run.params"),
+}
+
+
+def core_order_violations(files, root: Path = ROOT) -> list[str]:
+    bad = []
+    for path in files:
+        src = module_name(path, root)
+        for line, target in imported_modules(path, root):
+            for importer, banned in CORE_ORDER:
+                if (src == importer or src.startswith(importer + ".")) and any(
+                        target == b.rstrip(".") or target.startswith(b if b.endswith(".") else b + ".")
+                        for b in banned):
+                    if not any(src == s and target.startswith(t) for s, t in CORE_ORDER_KNOWN):
+                        bad.append(f"{path.relative_to(root)}:{line} ({importer}) imports {target}")
+    return bad
+
+
 def package_files():
     return sorted([*(ROOT / "agentpost").rglob("*.py"), *(ROOT / "kernels").rglob("*.py")])
 
 
 def test_core_and_papers_are_layered():
     assert layering_violations(package_files()) == []
+
+
+def test_shared_core_is_ordered():
+    assert core_order_violations(package_files()) == []
+
+
+def test_core_order_names_a_cycle(tmp_path):
+    path = tmp_path / "agentpost" / "data" / "hf.py"
+    path.parent.mkdir(parents=True)
+    path.write_text("def f():\n    from agentpost.data.registry import data_file\n")
+    assert core_order_violations([path], tmp_path) == [
+        "agentpost/data/hf.py:2 (agentpost.data.hf) imports agentpost.data.registry.data_file"]
 
 
 @pytest.mark.parametrize(("where", "source", "culprit"), [
