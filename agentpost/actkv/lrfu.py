@@ -9,7 +9,8 @@ Pieces, each callable on its own (the dense engine and the paged kernels share t
   :math:`a^{(r)}_{\\ell,i}`, reset when a new region opens;
 - :func:`nucleus_hits` — the top-p hit set :math:`H^{(r)}_\\ell`;
 - :func:`lrfu_update` — :math:`\\mathrm{KS}\\leftarrow\\lambda\\,\\mathrm{KS}+\\mathbb 1[i\\in H]\\,a_i`;
-- :func:`select_top_b` — the per-layer top-B keep set with the recency tie-break (ambiguity 8);
+- :func:`select_top_b` — the per-layer top-B keep set with the recency tie-break (ambiguity 8; its one home is
+  :mod:`agentpost.kv_retention`, shared with DeltaS);
 - :func:`algorithm1_step` — all of the above for one layer and one round boundary, from the round's mean action
   attention (however it was obtained: eager probabilities here, LSE recovery in the paged kernels).
 """
@@ -17,6 +18,8 @@ Pieces, each callable on its own (the dense engine and the paged kernels share t
 from __future__ import annotations
 
 import torch
+
+from agentpost.kv_retention import select_top_b
 
 HEAD_REDUCE = ("mean_of_max", "max", "per_head")
 #: Slack in "covered mass >= p * total" (0.8 + 0.1 vs 0.9 * 1.0 is at the floating-point edge; actkv.md test 1).
@@ -127,22 +130,6 @@ def lrfu_update(ks: torch.Tensor, a: torch.Tensor, hits: torch.Tensor, decay: fl
     if pad:
         ks = torch.cat([ks, torch.zeros(*ks.shape[:-1], pad, dtype=ks.dtype)], dim=-1)
     return decay * ks + hits.to(a.dtype) * a
-
-
-def select_top_b(scores: torch.Tensor, budget: int) -> torch.Tensor:
-    """Indices (ascending) of the ``budget`` highest ``scores`` along the last dim; ties keep more recent entries.
-
-    ``scores`` is ``(G, N)``; returns ``(G, min(budget, N))``. ``+inf`` forces an entry in.
-    """
-    if budget < 0:
-        raise ValueError(f"budget must be >= 0, got {budget}")
-    n = scores.shape[-1]
-    if budget >= n:
-        return torch.arange(n, device=scores.device).expand(*scores.shape[:-1], n).clone()
-    rev = torch.flip(scores, dims=[-1])  # stable sort on the reversed row puts later indices first among ties
-    _, order = torch.sort(rev, dim=-1, descending=True, stable=True)
-    keep = n - 1 - order[..., :budget]
-    return torch.sort(keep, dim=-1).values
 
 
 def algorithm1_step(a: torch.Tensor, ks: torch.Tensor, budget: int, *, p: float = 0.9,

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 
 import torch
 
+from agentpost.kv_retention import select_top_b
+
 RETENTION_MODES = ("bucketed", "global")
 
 
@@ -45,11 +47,11 @@ class CacheEntries:
 
 
 def _top(scores: torch.Tensor, candidates: torch.Tensor, k: int) -> torch.Tensor:
-    """The ``k`` candidates with the highest score; ties go to the later entry (stable, deterministic)."""
+    """The ``k`` candidates (ascending indices) with the highest score; ties go to the later entry
+    (:func:`agentpost.kv_retention.select_top_b`)."""
     if k <= 0 or candidates.numel() == 0:
         return candidates[:0]
-    order = sorted(candidates.tolist(), key=lambda i: (-float(scores[i]), -i))
-    return torch.tensor(order[:k], dtype=torch.long)
+    return candidates[select_top_b(scores[candidates], k)]
 
 
 def select(entries: CacheEntries, budget: int, scores: torch.Tensor, *, n_sinks: int, n_recent: int,
