@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import torch
 
-from agentpost.kv_retention import select_top_b
+from agentpost.kv_retention import knorm_scores, select_top_b
 
 RETENTION_MODES = ("bucketed", "global")
 
@@ -150,12 +150,13 @@ class RandomRetention(RetentionPolicy):
 
 
 class KeyNormRetention(RetentionPolicy):
-    """Keep the lowest key norms (Devoto et al. 2024)."""
+    """Keep the lowest key norms (Devoto et al. 2024; :func:`agentpost.kv_retention.knorm_scores`, which ActKV's
+    ``knorm`` baseline uses too)."""
 
     name = "key_norm"
 
     def scores(self, entries):
-        return -entries.key_norm.float()
+        return knorm_scores(entries.key_norm.float()[:, None]).float()
 
 
 class AttentionRetention(RetentionPolicy):
