@@ -38,9 +38,14 @@ def _model():
         return model, load_tokenizer(), "random-init stand-in (no checkpoint)"
 
 
-def _trace(tok, n_candidates: int) -> tuple[DiagTrace, str]:
-    traces = load_heldout_traces(tok, n_per_seed=n_candidates, seeds=(0,), rounds=4, distractors=2,
-                                 max_doc_chars=300)[0]
+#: Trace shapes (rounds, distractors, max_doc_chars): the chapter's default and a short one for quick runs.
+SHAPES = {"default": (4, 2, 300), "short": (3, 1, 100)}
+
+
+def _trace(tok, n_candidates: int, shape: str) -> tuple[DiagTrace, str]:
+    rounds, distractors, max_doc_chars = SHAPES[shape]
+    traces = load_heldout_traces(tok, n_per_seed=n_candidates, seeds=(0,), rounds=rounds, distractors=distractors,
+                                 max_doc_chars=max_doc_chars)[0]
     return max(traces, key=len), "held-out tool trace (synthetic format over real StableToolBench API docs)"
 
 
@@ -51,11 +56,12 @@ def main(argv=None) -> dict:
     ap.add_argument("--methods", default="fullkv,actkv")
     ap.add_argument("--candidates", type=int, default=3, help="held-out traces to pick the longest from")
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--shape", choices=sorted(SHAPES), default="default", help="trace shape (short: quick runs)")
     ap.add_argument("--out", default=None, help="write a JSON receipt here")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     model, tok, model_label = _model()
-    tr, trace_label = _trace(tok, args.candidates)
+    tr, trace_label = _trace(tok, args.candidates, args.shape)
     prof = decode_profile(model, tr, args.ratio, methods=args.methods.split(","), repeats=args.repeats)
     lay = tr.layout
     print(f"model: {model_label}; trace: {trace_label}; {len(tr)} tokens, prefix {lay.prefix_len}, "

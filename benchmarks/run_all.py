@@ -23,7 +23,7 @@ from _table import ROWS_ENV, format_table
 HERE = Path(__file__).resolve().parent
 #: script -> arguments that keep it to seconds or a minute on 2 CPU cores (``--full`` drops them).
 QUICK = {
-    "actkv_engine.py": ["--repeats", "2", "--candidates", "1"],
+    "actkv_engine.py": ["--repeats", "2", "--candidates", "1", "--shape", "short"],
     "actkv_kernels.py": ["--sizes", "tiny", "--reps", "3", "--out", "{tmp}/actkv_kernels.json"],
     "cli_startup.py": ["--repeats", "2"],
     "data_loaders.py": ["--repeats", "1"],

@@ -1,9 +1,9 @@
 """The one home of 🤗 ``datasets`` in the project: data files as Arrow tables, and the hub fallback (DESIGN.md, "Data").
 
-* :func:`local_rows` reads a data file (checked by :func:`agentpost.data.registry.data_file`) with ``datasets.load_dataset("json" | "text" | "csv",
-  data_files=...)``: the rows are an Arrow table, memory-mapped from the project cache
-  (:func:`agentpost.project.cache_root` ``/datasets``, never the data folder, which may be read-only) and re-used
-  while the file's fingerprint is unchanged.
+* :func:`local_rows` reads a data file (checked by :func:`agentpost.data.registry.data_file`) with
+  ``datasets.load_dataset("json" | "text" | "csv", data_files=...)``: the rows are an Arrow table, memory-mapped
+  from the project cache (:func:`agentpost.project.cache_root` ``/datasets``, never the data folder, which may be
+  read-only) and re-used while the file's fingerprint is unchanged.
 * :func:`from_hub` is the last resort of :func:`agentpost.data.registry.dataset_dir` on a machine without a local
   copy: it loads the public hub copy named in :data:`agentpost.data.sources.HUB_SOURCES` (``openai/gsm8k``,
   ``Salesforce/wikitext``), writes each file back in the local format, and keeps it only if its size and sha256

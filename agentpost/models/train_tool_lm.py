@@ -1,4 +1,5 @@
-"""Train the project's tool LM (ActKV scores its KV cache, Code-Based Skills drives it): WikiText-2 pretraining, then fine-tuning on tool traces, evaluation, receipt.
+"""Train the project's tool LM (ActKV scores its KV cache, Code-Based Skills drives it): WikiText-2 pretraining,
+then fine-tuning on tool traces, evaluation, receipt.
 
 The traces are a **synthetic trace format over real StableToolBench API docs** (:mod:`agentpost.data.tool_traces`);
 the model definition and the generic training pieces are :mod:`agentpost.models.lm` and
