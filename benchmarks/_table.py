@@ -19,13 +19,14 @@ COLUMNS = ("benchmark", "case", "median", "p20", "p80", "unit", "device", "versi
 
 
 def quantiles(samples: Sequence[float]) -> tuple[float, float, float]:
-    """(median, p20, p80) of ``samples`` (``statistics.quantiles``, exclusive method; one sample gives it thrice)."""
+    """(median, p20, p80) of ``samples`` (``statistics.quantiles``, inclusive method: linear interpolation between
+    order statistics, always within the samples' range; one sample gives it thrice)."""
     xs = [float(x) for x in samples]
     if not xs:
         raise ValueError("quantiles need at least one sample")
     if len(xs) == 1:
         return xs[0], xs[0], xs[0]
-    q = statistics.quantiles(xs, n=5)
+    q = statistics.quantiles(xs, n=5, method="inclusive")
     return statistics.median(xs), q[0], q[3]
 
 

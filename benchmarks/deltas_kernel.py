@@ -98,10 +98,10 @@ def main(argv=None) -> int:
                             args.repeats, "cpu")
             impl = "torch chunked"
         case = f"{impl} T={T} H={args.heads} d={args.head_dim} {args.dtype}"
-        with_d = tuple(record("deltas_kernel", f"{case} with drift", with_d, "ms", args.device)[k]
-                       for k in ("median", "p20", "p80"))
-        without = tuple(record("deltas_kernel", f"{case} without drift", without, "ms", args.device)[k]
-                        for k in ("median", "p20", "p80"))
+        stats = ("median", "p20", "p80")
+        row_with = record("deltas_kernel", f"{case} with drift", with_d, "ms", args.device)
+        row_without = record("deltas_kernel", f"{case} without drift", without, "ms", args.device)
+        with_d, without = (tuple(r[k] for k in stats) for r in (row_with, row_without))
         moved = sum(t.numel() * t.element_size() for t in x) + x[2].numel() * x[2].element_size()
         rows.append({"impl": impl, "T": T, "heads": args.heads, "head_dim": args.head_dim, "dtype": args.dtype,
                      "with_drift_ms": with_d[0], "with_drift_p20_ms": with_d[1], "with_drift_p80_ms": with_d[2],
