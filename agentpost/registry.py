@@ -9,6 +9,14 @@ from typing import Callable, TypeVar
 T = TypeVar("T")
 
 
+class UnknownName(KeyError, ValueError):
+    """A name no entry is registered under: a ``KeyError`` (a failed lookup) and a ``ValueError`` (a bad argument),
+    so callers that catch either keep working; its message reads plainly (no ``KeyError`` quotes)."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
 class Registry(dict):
     """A ``dict`` of name -> object with :meth:`register` (decorator) and :meth:`lookup` (clear ``KeyError``).
 
@@ -34,7 +42,7 @@ class Registry(dict):
         return wrap
 
     def lookup(self, name: str):
-        """The object registered as ``name``; ``KeyError`` naming it and the known names otherwise."""
+        """The object registered as ``name``; :class:`UnknownName` naming it and the known names otherwise."""
         if name not in self:
-            raise KeyError(f"unknown {self.kind} {name!r}; known: {sorted(self)}")
+            raise UnknownName(f"unknown {self.kind} {name!r}; known: {sorted(self)}")
         return self[name]

@@ -30,6 +30,7 @@ import torch.nn.functional as F
 
 from agentpost.actkv.lrfu import ActionAccumulator, lrfu_update, nucleus_hits, reduce_heads
 from agentpost.kv_retention import knorm_scores
+from agentpost.registry import Registry
 
 COMPRESS_AT = ("never", "round_boundary", "overflow")
 
@@ -376,11 +377,9 @@ class ActKV(KVPolicy):
         self._acc[layer].permute(keep[:g])
 
 
-POLICIES: dict[str, type[KVPolicy]] = {c.name: c for c in (FullKV, StreamingLLM, H2O, SnapKV, RKV, KNorm, ActKV)}
+POLICIES = Registry("KV policy", {c.name: c for c in (FullKV, StreamingLLM, H2O, SnapKV, RKV, KNorm, ActKV)})
 
 
 def make_policy(name: str, **kwargs) -> KVPolicy:
     """A policy by registry name (``fullkv``, ``streamingllm``, ``h2o``, ``snapkv``, ``rkv``, ``knorm``, ``actkv``)."""
-    if name not in POLICIES:
-        raise ValueError(f"unknown KV policy {name!r}; known: {sorted(POLICIES)}")
-    return POLICIES[name](**kwargs)
+    return POLICIES.lookup(name)(**kwargs)

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import torch
 
 from agentpost.kv_retention import knorm_scores, select_top_b
+from agentpost.registry import Registry
 
 RETENTION_MODES = ("bucketed", "global")
 
@@ -171,11 +172,10 @@ class AttentionRetention(RetentionPolicy):
         return entries.attention.float()
 
 
-POLICIES: dict[str, type[RetentionPolicy]] = {p.name: p for p in (DriftRetention, RecencyRetention, RandomRetention,
-                                                                    KeyNormRetention, AttentionRetention)}
+POLICIES = Registry("retention policy", {p.name: p for p in (DriftRetention, RecencyRetention, RandomRetention,
+                                                               KeyNormRetention, AttentionRetention)})
 
 
 def make_policy(name: str, **kwargs) -> RetentionPolicy:
-    if name not in POLICIES:
-        raise ValueError(f"unknown retention policy {name!r}; known: {sorted(POLICIES)}")
-    return POLICIES[name](**kwargs)
+    """A retention policy by registry name (``drift``, ``recency``, ``random``, ``key_norm``, ``attention``)."""
+    return POLICIES.lookup(name)(**kwargs)

@@ -59,8 +59,9 @@ def test_per_position_over_last_dim_and_shape_error():
 def test_registry():
     assert list(DIVERGENCES) == ["forward_kl", "reverse_kl", "jsd"]
     assert DIVERGENCES.lookup("jsd") is jsd
-    with pytest.raises(KeyError, match=r"unknown divergence 'tv'; known: \['forward_kl', 'jsd', 'reverse_kl'\]"):
+    with pytest.raises(KeyError, match=r"unknown divergence 'tv'; known: \['forward_kl', 'jsd', 'reverse_kl'\]") as err:
         DIVERGENCES.lookup("tv")
+    assert isinstance(err.value, ValueError) and str(err.value).startswith("unknown divergence 'tv'")
     reg = Registry("widget", {"a": 1})
     assert reg.register("b")(2) == 2 and dict(reg) == {"a": 1, "b": 2}
     with pytest.raises(ValueError, match="widget 'a' is already registered"):
