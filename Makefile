@@ -23,11 +23,21 @@ test: $(STAMP)
 	$(BIN)/python -m pytest -q -p no:cacheprovider tests
 	$(BIN)/python -m pytest -q -p no:cacheprovider -p tests.notebooks.glue_regression --nbval-lax --nbval-sanitize-with tests/notebooks/sanitize.cfg notebooks
 
+# Unit and kernel tests (Triton interpreter on CPU) without the `slow` ones: the loop while editing code.
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -q -p no:cacheprovider -m "not slow" tests/unit tests/kernels
+
+# ruff (rules in pyproject.toml) and the import layering (the shared core imports no paper; papers not each other).
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/python -m pytest -q -p no:cacheprovider tests/unit/test_layering.py
+
 lab: $(STAMP)
 	$(BIN)/jupyter lab notebooks
 
+# Every benchmark with quick CPU settings, then one long-format table (benchmarks/run_all.py --full: own defaults).
 bench: $(STAMP)
-	@for b in benchmarks/*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
+	$(BIN)/python benchmarks/run_all.py
 
 ledger: $(STAMP)
 	$(BIN)/agentpost ledger

@@ -43,3 +43,8 @@ def cache_root() -> Path:
     """Where the project keeps files it can re-create (never committed): ``$AGENTPOST_CACHE``, else
     ``~/.cache/agentpost``. Data folders stay read-only; caches of data live here."""
     return Path(os.environ.get("AGENTPOST_CACHE") or Path.home() / ".cache" / "agentpost")
+
+
+def hub_offline() -> bool:
+    """True where ``HF_HUB_OFFLINE`` asks the hub clients (models and data sets) to use their local cache only."""
+    return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")

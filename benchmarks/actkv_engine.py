@@ -7,7 +7,7 @@
 
 Model: the project's tool LM (``agentpost.models.lm.load_tool_lm``) when its checkpoint is present, otherwise a
 random-init model of the same architecture (reported as such). Trace: the longest of a few held-out tool traces
-(:mod:`agentpost.actkv.traces`: synthetic format over real StableToolBench API docs).
+(:mod:`agentpost.data.tool_traces`: synthetic format over real StableToolBench API docs).
 
     .venv/bin/python benchmarks/actkv_engine.py [--ratio 0.25] [--repeats 3] [--methods fullkv,actkv] [--out r.json]
 """
@@ -21,6 +21,7 @@ import sys
 
 import torch
 import transformers
+from _table import emit
 
 from agentpost.actkv.diagnostic import DiagTrace, decode_profile, load_heldout_traces
 from agentpost.models.lm import load_tool_lm, tool_lm_config
@@ -37,9 +38,14 @@ def _model():
         return model, load_tokenizer(), "random-init stand-in (no checkpoint)"
 
 
-def _trace(tok, n_candidates: int) -> tuple[DiagTrace, str]:
-    traces = load_heldout_traces(tok, n_per_seed=n_candidates, seeds=(0,), rounds=4, distractors=2,
-                                 max_doc_chars=300)[0]
+#: Trace shapes (rounds, distractors, max_doc_chars): the chapter's default and a short one for quick runs.
+SHAPES = {"default": (4, 2, 300), "short": (3, 1, 100)}
+
+
+def _trace(tok, n_candidates: int, shape: str) -> tuple[DiagTrace, str]:
+    rounds, distractors, max_doc_chars = SHAPES[shape]
+    traces = load_heldout_traces(tok, n_per_seed=n_candidates, seeds=(0,), rounds=rounds, distractors=distractors,
+                                 max_doc_chars=max_doc_chars)[0]
     return max(traces, key=len), "held-out tool trace (synthetic format over real StableToolBench API docs)"
 
 
@@ -50,11 +56,12 @@ def main(argv=None) -> dict:
     ap.add_argument("--methods", default="fullkv,actkv")
     ap.add_argument("--candidates", type=int, default=3, help="held-out traces to pick the longest from")
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--shape", choices=sorted(SHAPES), default="default", help="trace shape (short: quick runs)")
     ap.add_argument("--out", default=None, help="write a JSON receipt here")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     model, tok, model_label = _model()
-    tr, trace_label = _trace(tok, args.candidates)
+    tr, trace_label = _trace(tok, args.candidates, args.shape)
     prof = decode_profile(model, tr, args.ratio, methods=args.methods.split(","), repeats=args.repeats)
     lay = tr.layout
     print(f"model: {model_label}; trace: {trace_label}; {len(tr)} tokens, prefix {lay.prefix_len}, "
@@ -70,6 +77,9 @@ def main(argv=None) -> dict:
         print(f"{method:<13}{res['decode_ms_per_token']:>10.3f}{res.get('decode_ratio_vs_fullkv', float('nan')):>8.3f}"
               f"{res.get('peak_frac_vs_fullkv', float('nan')):>11.3f}{res['max_round_overhead_frac']:>9.1%}"
               f"  {res['peak_within_bound']}")
+        # decode_profile keeps the median over repeats only: p20/p80 are NaN in the long table.
+        emit("actkv_engine", f"{method} B={args.ratio:.0%} decode/token", res["decode_ms_per_token"], float("nan"),
+             float("nan"), "ms")
     receipt = {"benchmark": "actkv_engine", "model": model_label, "trace": trace_label, "repeats": args.repeats,
                "threads": args.threads, "device": "cpu", "torch": torch.__version__, "python": platform.python_version(),
                **prof}

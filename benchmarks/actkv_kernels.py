@@ -30,6 +30,7 @@ if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")  # before the kernels are imported
 
 import triton  # noqa: E402
+from _table import emit  # noqa: E402
 
 from agentpost.evidence.environment import device_info, package_versions  # noqa: E402
 from agentpost.kernels.actkv import (compact_gather, compact_inplace, compaction_plan, copy_rows,  # noqa: E402
@@ -193,6 +194,10 @@ def main(argv=None):
         for n, B in cfg["compressions"]:
             c = bench_compaction(R, n, B, cfg, device, timer, gen)
             rec = bench_recovery(R, n, cfg, device, timer, gen)
+            for part, t in [*((k, c[k]) for k in ("inplace", "inplace_kernel", "gather", "gather_kernel")),
+                            *((k, rec[k]) for k in ("recovery", "read_k"))]:
+                emit("actkv_kernels", f"{part} R={R} n={n} keep={B}", 1e3 * t["median_s"], 1e3 * t["p20_s"],
+                     1e3 * t["p80_s"], "ms", device.type)
             t_in, t_ink = c["inplace"]["median_s"], c["inplace_kernel"]["median_s"]
             t_ga, t_gak = c["gather"]["median_s"], c["gather_kernel"]["median_s"]
             rows.append({

@@ -11,10 +11,11 @@ import when installed), the ratio against the plain import in the same run.
 from __future__ import annotations
 
 import argparse
-import statistics
 import subprocess
 import sys
 import time
+
+from _table import record
 
 CASES = {
     "agentpost --help": [sys.executable, "-m", "agentpost", "--help"],
@@ -38,7 +39,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args()
-    medians = {name: statistics.median(wall(cmd) for _ in range(args.repeats)) for name, cmd in CASES.items()}
+    samples = {name: [wall(cmd) for _ in range(args.repeats)] for name, cmd in CASES.items()}
+    medians = {name: record("cli_startup", name, xs, "s")["median"] for name, xs in samples.items()}
     base = medians["import nbformat (plain)"]
     print(f"{'command':40} {'median s':>9} {'vs plain nbformat import':>25}")
     for name, seconds in medians.items():

@@ -16,10 +16,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
 import time
 from pathlib import Path
+
+from _table import record
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -53,9 +54,7 @@ def _time(fn, repeats, device):
             t0 = time.perf_counter()
             fn()
             times.append(1e3 * (time.perf_counter() - t0))
-    times = sorted(times[1:])  # the first call compiles / warms up
-    q = statistics.quantiles(times, n=5) if len(times) >= 2 else times * 4
-    return statistics.median(times), q[0], q[-1]
+    return times[1:]  # the first call compiles / warms up
 
 
 def main(argv=None) -> int:
@@ -98,6 +97,11 @@ def main(argv=None) -> int:
             without = _time(lambda: chunk_gated_delta(*x, chunk_size=args.chunk_size, with_drift=False),
                             args.repeats, "cpu")
             impl = "torch chunked"
+        case = f"{impl} T={T} H={args.heads} d={args.head_dim} {args.dtype}"
+        stats = ("median", "p20", "p80")
+        row_with = record("deltas_kernel", f"{case} with drift", with_d, "ms", args.device)
+        row_without = record("deltas_kernel", f"{case} without drift", without, "ms", args.device)
+        with_d, without = (tuple(r[k] for k in stats) for r in (row_with, row_without))
         moved = sum(t.numel() * t.element_size() for t in x) + x[2].numel() * x[2].element_size()
         rows.append({"impl": impl, "T": T, "heads": args.heads, "head_dim": args.head_dim, "dtype": args.dtype,
                      "with_drift_ms": with_d[0], "with_drift_p20_ms": with_d[1], "with_drift_p80_ms": with_d[2],

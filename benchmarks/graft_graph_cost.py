@@ -12,7 +12,6 @@ same credit would cost next to an LLM.
 from __future__ import annotations
 
 import argparse
-import statistics
 import time
 
 import numpy as np
@@ -20,6 +19,7 @@ import numpy as np
 from agentpost.graft import CreditConfig, step_credit
 from agentpost.graft.envs import make_env
 from agentpost.graft.train import TabularSoftmax, rollout
+from _table import record
 
 
 def main() -> None:
@@ -44,8 +44,8 @@ def main() -> None:
                 t0 = time.perf_counter()
                 step_credit(m, group, cfg)
                 cost[m].append(time.perf_counter() - t0)
-        s = statistics.median(sample)
-        med = {m: statistics.median(v) for m, v in cost.items()}
+        s = record("graft_graph_cost", f"N={n} sample group", sample, "s")["median"]
+        med = {m: record("graft_graph_cost", f"N={n} {m} credit", v, "s")["median"] for m, v in cost.items()}
         print(f"{n:3d} {1e3 * s:10.2f} " + " ".join(f"{1e3 * med[m]:12.3f}" for m in methods)
               + f" {med['graft_gae'] / s:17.4f}")
 

@@ -147,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{row['comparison']:48s} {row['estimate_spread']:10.4g} {row['mde']:10.4g}  "
                   f"{sorted(set(row['verdicts'].values()))}")
         moved = sorted(((r["spread"], k) for k, r in result["values"].items() if r.get("spread")), reverse=True)[:15]
-        print(f"\nlargest numeric spreads:\n" + "\n".join(f"  {k:60s} {s:.3g}" for s, k in moved))
+        print("\nlargest numeric spreads:\n" + "\n".join(f"  {k:60s} {s:.3g}" for s, k in moved))
     return 0
 
 

@@ -20,8 +20,8 @@ import time
 from pathlib import Path
 
 import pandas as pd
-import torch
 import yaml
+from _table import emit
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -74,6 +74,12 @@ def main(argv: list[str] | None = None) -> dict:
     print("\nratios vs dense_flops (same run):")
     print(table.to_string(index=False, float_format=lambda x: f"{x:.3f}"))
     print(f"\nSST prefill advantage over dense_flops starts at prompt length: {starts}")
+    for r in rows + small:
+        case = f"{r['arm']} prompt={r['prompt']} d={r['d_model']}"
+        emit("kite_latency", f"{case} prefill", r["prefill_ms"], r["prefill_ms_p20"], r["prefill_ms_p80"], "ms",
+             cfg["device"])
+        emit("kite_latency", f"{case} decode/token", r["decode_ms_per_token"], r["decode_ms_p20"], r["decode_ms_p80"],
+             "ms", cfg["device"])
     receipt = {
         "schema": 1, "benchmark": "kite_latency", "paper": "kite", "settings": cfg, "threads": args.threads,
         "device": device_info(cfg["device"]), "packages": package_versions(),

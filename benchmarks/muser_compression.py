@@ -11,13 +11,13 @@ long part is cached). Median of ``--repeats`` runs after a warm-up, ratios again
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 import time
 from pathlib import Path
 
 import pandas as pd
 import torch
+from _table import record
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -25,14 +25,14 @@ from agentpost.muser.compression import compressed_length  # noqa: E402
 from agentpost.muser.model import MuSeR, MuSeRConfig  # noqa: E402
 
 
-def _median_ms(fn, repeats: int) -> float:
+def _median_ms(fn, repeats: int, case: str) -> float:
     fn()
     times = []
     for _ in range(repeats):
         t0 = time.perf_counter()
         fn()
         times.append((time.perf_counter() - t0) * 1e3)
-    return statistics.median(times)
+    return record("muser_compression", case, times, "ms")["median"]
 
 
 @torch.no_grad()
@@ -46,11 +46,12 @@ def measure(lengths, *, dim: int, batch: int, recent: int, mid_frac: float, repe
             cfg = MuSeRConfig(n_items=1000, dim=dim, max_len=L, recent_len=recent, mid_len=mid, strides=strides,
                               heads=4, dropout=0.0, split_serving=True)
             m = MuSeR(cfg).eval()
-            out[name] = _median_ms(lambda: m(hist), repeats)
+            out[name] = _median_ms(lambda: m(hist), repeats, f"L={L} {name} forward, batch {batch}")
             out[f"{name}_tokens"] = compressed_length(L, recent, mid, strides)
             if name == "compressed":
                 z, zm = m.tokens(hist)
-                out["short_only"] = _median_ms(lambda: m.encode(z[:, m.n_long:], zm[:, m.n_long:]), repeats)
+                out["short_only"] = _median_ms(lambda: m.encode(z[:, m.n_long:], zm[:, m.n_long:]), repeats,
+                                               f"L={L} short part only, batch {batch}")
         rows.append({"L": L, "tokens_raw": out["raw_tokens"], "tokens_compressed": out["compressed_tokens"],
                      "raw_ms": round(out["raw"], 2), "compressed_ms": round(out["compressed"], 2),
                      "short_part_ms": round(out["short_only"], 2),

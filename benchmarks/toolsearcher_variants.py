@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import argparse
 import json
+
 import torch
+from _table import record
 
 from agentpost.data.stabletoolbench import load_queries, split_by_group
 from agentpost.toolsearcher.train import TrainConfig, World, validation_variants
@@ -32,6 +34,8 @@ def main() -> None:
     for r in rows:
         print(f"{r['arm']:13} {r['gate']:11} {r['nondiscovery']:7} {r['f1']:7.3f} {r['exact']:6.3f} "
               f"{r['srecall']:7.3f} {r['searches']:8.2f} {r['wall_s']:6.1f}")
+        record("toolsearcher_variants", f"{r['arm']} gate={r['gate']} nondiscovery={r['nondiscovery']} train wall (seed mean)",
+               [r["wall_s"]], "s")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"benchmark": "toolsearcher_variants", "split": "validation", "steps": args.steps,

@@ -26,7 +26,7 @@ from agentpost.actkv.budget import ConfidenceBudget
 from agentpost.actkv.engine import TraceResult, score_trace
 from agentpost.actkv.policies import make_policy
 from agentpost.actkv.regions import RoundLayout, detect_rounds, token_texts
-from agentpost.actkv.traces import build_traces, tokenize_trace
+from agentpost.data.tool_traces import build_traces, tokenize_trace
 from agentpost.stats import ArmMeta, PairedResult, compare
 
 BASELINES = ("streamingllm", "h2o", "snapkv", "rkv")

@@ -2,14 +2,15 @@
 
 Pieces, each callable on its own (the dense engine and the paged kernels share them):
 
-- :func:`reduce_heads` — attention rows ``A[h, t, i]`` of query heads -> per-entry rows, by ``head_reduce``
+- :func:`reduce_heads` / :func:`head_reduce` — attention rows ``A[h, t, i]`` of query heads -> per-entry rows
   (``mean_of_max``: max over the query heads of a GQA group, then mean over KV heads; ``max``: max over all
   heads; ``per_head``: max over the group, one row per KV head);
 - :class:`ActionAccumulator` — running mean of those rows over the action tokens of the current region,
   :math:`a^{(r)}_{\\ell,i}`, reset when a new region opens;
 - :func:`nucleus_hits` — the top-p hit set :math:`H^{(r)}_\\ell`;
 - :func:`lrfu_update` — :math:`\\mathrm{KS}\\leftarrow\\lambda\\,\\mathrm{KS}+\\mathbb 1[i\\in H]\\,a_i`;
-- :func:`select_top_b` — the per-layer top-B keep set with the recency tie-break (ambiguity 8);
+- :func:`select_top_b` — the per-layer top-B keep set with the recency tie-break (ambiguity 8; its one home is
+  :mod:`agentpost.kv_retention`, shared with DeltaS);
 - :func:`algorithm1_step` — all of the above for one layer and one round boundary, from the round's mean action
   attention (however it was obtained: eager probabilities here, LSE recovery in the paged kernels).
 """
@@ -18,30 +19,44 @@ from __future__ import annotations
 
 import torch
 
+from agentpost.kv_retention import select_top_b
+
 HEAD_REDUCE = ("mean_of_max", "max", "per_head")
 #: Slack in "covered mass >= p * total" (0.8 + 0.1 vs 0.9 * 1.0 is at the floating-point edge; actkv.md test 1).
 NUCLEUS_TOL = 1e-12
 
 
-def reduce_heads(attn: torch.Tensor, n_kv_heads: int, head_reduce: str = "mean_of_max") -> torch.Tensor:
-    """Reduce attention probabilities ``attn`` of shape ``(H_q, T, N)`` over heads.
+def head_reduce(per_kv_head: torch.Tensor, mode: str = "mean_of_max", *, dim: int = -2,
+                keepdim: bool = False) -> torch.Tensor:
+    """Combine rows that are already one per KV head (each the max over its GQA group) along ``dim``
+    (spec ambiguity 1): ``mean_of_max`` (default, Alg. 1's ``mean_g max_{h in g}``; the mean over KV heads commutes
+    with the mean over action tokens, so it may be applied after accumulation, as the paged path does) the mean;
+    ``max`` the max (the max over all query heads); ``per_head`` unchanged."""
+    if mode not in HEAD_REDUCE:
+        raise ValueError(f"head_reduce mode must be one of {HEAD_REDUCE}, got {mode!r}")
+    if mode == "mean_of_max":
+        return per_kv_head.mean(dim=dim, keepdim=keepdim)
+    if mode == "max":
+        return per_kv_head.amax(dim=dim, keepdim=keepdim)
+    return per_kv_head
+
+
+def reduce_heads(attn: torch.Tensor, n_kv_heads: int, head_reduce_mode: str = "mean_of_max") -> torch.Tensor:
+    """Reduce attention probabilities ``attn`` of shape ``(H_q, T, N)`` over heads: the max over each GQA group,
+    then :func:`head_reduce`.
 
     Returns ``(G, T, N)`` where ``G = 1`` for ``mean_of_max``/``max`` and ``G = n_kv_heads`` for ``per_head``.
     Query head ``h`` belongs to KV head ``h // (H_q / n_kv_heads)`` (the ``repeat_kv`` layout of HF models).
     """
-    if head_reduce not in HEAD_REDUCE:
-        raise ValueError(f"head_reduce must be one of {HEAD_REDUCE}, got {head_reduce!r}")
+    if head_reduce_mode not in HEAD_REDUCE:
+        raise ValueError(f"head_reduce must be one of {HEAD_REDUCE}, got {head_reduce_mode!r}")
     if attn.dim() != 3:
         raise ValueError(f"attention must have shape (query_heads, tokens, entries), got {tuple(attn.shape)}")
     h_q = attn.shape[0]
     if n_kv_heads <= 0 or h_q % n_kv_heads:
         raise ValueError(f"{h_q} query heads cannot be grouped into {n_kv_heads} KV heads")
-    if head_reduce == "max":
-        return attn.amax(dim=0, keepdim=True)
     grouped = attn.reshape(n_kv_heads, h_q // n_kv_heads, *attn.shape[1:]).amax(dim=1)  # (G, T, N)
-    if head_reduce == "per_head":
-        return grouped
-    return grouped.mean(dim=0, keepdim=True)
+    return head_reduce(grouped, head_reduce_mode, dim=0, keepdim=True)
 
 
 class ActionAccumulator:
@@ -115,22 +130,6 @@ def lrfu_update(ks: torch.Tensor, a: torch.Tensor, hits: torch.Tensor, decay: fl
     if pad:
         ks = torch.cat([ks, torch.zeros(*ks.shape[:-1], pad, dtype=ks.dtype)], dim=-1)
     return decay * ks + hits.to(a.dtype) * a
-
-
-def select_top_b(scores: torch.Tensor, budget: int) -> torch.Tensor:
-    """Indices (ascending) of the ``budget`` highest ``scores`` along the last dim; ties keep more recent entries.
-
-    ``scores`` is ``(G, N)``; returns ``(G, min(budget, N))``. ``+inf`` forces an entry in.
-    """
-    if budget < 0:
-        raise ValueError(f"budget must be >= 0, got {budget}")
-    n = scores.shape[-1]
-    if budget >= n:
-        return torch.arange(n, device=scores.device).expand(*scores.shape[:-1], n).clone()
-    rev = torch.flip(scores, dims=[-1])  # stable sort on the reversed row puts later indices first among ties
-    _, order = torch.sort(rev, dim=-1, descending=True, stable=True)
-    keep = n - 1 - order[..., :budget]
-    return torch.sort(keep, dim=-1).values
 
 
 def algorithm1_step(a: torch.Tensor, ks: torch.Tensor, budget: int, *, p: float = 0.9,

@@ -25,7 +25,7 @@ import time
 
 import torch
 
-from agentpost.kernels.actkv import PagedKVCache, head_reduce, paged_decode_attention, recover_action_attention
+from agentpost.kernels.actkv import PagedKVCache, head_reduce, paged_decode_attention
 
 
 class PagedMirror:

@@ -29,6 +29,8 @@ import torch
 import torch.nn.functional as F
 
 from agentpost.actkv.lrfu import ActionAccumulator, lrfu_update, nucleus_hits, reduce_heads
+from agentpost.kv_retention import knorm_scores
+from agentpost.registry import Registry
 
 COMPRESS_AT = ("never", "round_boundary", "overflow")
 
@@ -322,6 +324,16 @@ class RKV(KVPolicy):
                           protected=self.prefix_len, score_over=self.score_over)
 
 
+class KNorm(KVPolicy):
+    """Key norm (kvpress ``KnormPress``, :func:`agentpost.kv_retention.knorm_scores`): each KV head keeps the
+    evictable entries with the lowest key norms; query-agnostic, so it needs no attention (DeltaS's ``key_norm``)."""
+
+    name = "knorm"
+
+    def score(self, layer, keys):
+        return knorm_scores(keys[:, self.prefix_len :])
+
+
 class ActKV(KVPolicy):
     """Algorithm 1: action-attention LRFU, compression only at round boundaries."""
 
@@ -365,11 +377,9 @@ class ActKV(KVPolicy):
         self._acc[layer].permute(keep[:g])
 
 
-POLICIES: dict[str, type[KVPolicy]] = {c.name: c for c in (FullKV, StreamingLLM, H2O, SnapKV, RKV, ActKV)}
+POLICIES = Registry("KV policy", {c.name: c for c in (FullKV, StreamingLLM, H2O, SnapKV, RKV, KNorm, ActKV)})
 
 
 def make_policy(name: str, **kwargs) -> KVPolicy:
-    """A policy by registry name (``fullkv``, ``streamingllm``, ``h2o``, ``snapkv``, ``rkv``, ``actkv``)."""
-    if name not in POLICIES:
-        raise ValueError(f"unknown KV policy {name!r}; known: {sorted(POLICIES)}")
-    return POLICIES[name](**kwargs)
+    """A policy by registry name (``fullkv``, ``streamingllm``, ``h2o``, ``snapkv``, ``rkv``, ``knorm``, ``actkv``)."""
+    return POLICIES.lookup(name)(**kwargs)

@@ -19,6 +19,7 @@ import re
 from dataclasses import dataclass
 
 from agentpost.data.hf import local_rows
+from agentpost.data.registry import data_file
 
 SPLITS = {"train": "train.jsonl", "test": "test.jsonl"}
 ARITH_SPLITS = ("train", "validation", "test")
@@ -44,7 +45,7 @@ def problems(split: str) -> tuple[dict, ...]:
     """The split's problems as dicts with ``question`` and ``answer``, in file order (read through ``datasets``)."""
     if split not in SPLITS:
         raise ValueError(f"unknown GSM8K split {split!r}; use one of {sorted(SPLITS)}")
-    return tuple(local_rows("gsm8k", SPLITS[split], "json").to_list())
+    return tuple(local_rows(data_file("gsm8k", SPLITS[split]), "json").to_list())
 
 
 def annotations(split: str) -> list[str]:

@@ -1,14 +1,14 @@
 """The one home of 🤗 ``datasets`` in the project: data files as Arrow tables, and the hub fallback (DESIGN.md, "Data").
 
-* :func:`local_rows` reads a checked data file with ``datasets.load_dataset("json" | "text" | "csv",
-  data_files=...)``: the rows are an Arrow table, memory-mapped from the project cache
-  (:func:`agentpost.project.cache_root` ``/datasets``, never the data folder, which may be read-only) and re-used
-  while the file's fingerprint is unchanged.
+* :func:`local_rows` reads a data file (checked by :func:`agentpost.data.registry.data_file`) with
+  ``datasets.load_dataset("json" | "text" | "csv", data_files=...)``: the rows are an Arrow table, memory-mapped
+  from the project cache (:func:`agentpost.project.cache_root` ``/datasets``, never the data folder, which may be
+  read-only) and re-used while the file's fingerprint is unchanged.
 * :func:`from_hub` is the last resort of :func:`agentpost.data.registry.dataset_dir` on a machine without a local
-  copy: it loads the public hub copy named in :data:`agentpost.data.registry.HUB_SOURCES` (``openai/gsm8k``,
+  copy: it loads the public hub copy named in :data:`agentpost.data.sources.HUB_SOURCES` (``openai/gsm8k``,
   ``Salesforce/wikitext``), writes each file back in the local format, and keeps it only if its size and sha256
   are those of the data set's SOURCE.md. Offline (``HF_HUB_OFFLINE=1``) or with the hub unreachable it raises
-  :class:`~agentpost.data.registry.DataMissingError` saying what to do. Tests never take this path to the hub.
+  :class:`~agentpost.data.sources.DataMissingError` saying what to do. Tests never take this path to the hub.
 """
 
 from __future__ import annotations
@@ -20,7 +20,8 @@ import os
 import shutil
 from pathlib import Path
 
-from agentpost.project import cache_root
+from agentpost.data.sources import HUB_SOURCES, DataChecksumError, DataMissingError
+from agentpost.project import cache_root, hub_offline
 
 
 def datasets_cache() -> Path:
@@ -45,16 +46,14 @@ def _quiet():
             datasets.enable_progress_bars()
 
 
-def local_rows(name: str, filename: str, builder: str, **config):
-    """``datasets.Dataset`` of one file of data set ``name`` (checked and recorded by ``data_file``), in file order.
+def local_rows(path: Path, builder: str, **config):
+    """``datasets.Dataset`` of the data file ``path`` (from :func:`agentpost.data.registry.data_file`, which checks
+    and records it), in file order.
 
     ``builder`` is a packaged ``datasets`` builder (``"json"``, ``"text"``, ``"csv"``); ``config`` goes to it
     (e.g. ``keep_linebreaks=True`` for text)."""
     import datasets
 
-    from agentpost.data.registry import data_file
-
-    path = data_file(name, filename)
     with _quiet():
         return datasets.load_dataset(builder, data_files={"rows": str(path)}, split="rows",
                                      cache_dir=str(datasets_cache()), **config)
@@ -88,9 +87,6 @@ def _complete(folder: Path, source) -> bool:
 
 def from_hub(name: str) -> Path:
     """Folder (in the project cache) holding data set ``name`` rebuilt from its hub copy and checked (module doc)."""
-    from agentpost.data.registry import HUB_SOURCES, DataChecksumError, DataMissingError
-    from agentpost.models.hub import hub_offline
-
     source = HUB_SOURCES[name]
     folder = cache_root() / "data" / name
     if _complete(folder, source):

@@ -5,9 +5,9 @@ its sha256. :func:`checksums` parses that table once; :func:`data_file` refuses 
 (hashes are memoised on (path, size, mtime), so a file is read once per process while it is unchanged).
 
 :func:`dataset_dir` looks in ``$AGENTPOST_DATA``, then ``../shared/data`` beside the checkout; a data set with a
-public hub copy (:data:`HUB_SOURCES`) is otherwise rebuilt from the hub by :func:`agentpost.data.hf.from_hub`,
-checked against the sizes and sha256 pinned here (the same values as its SOURCE.md, which a machine without the
-data folder does not have).
+public hub copy (:data:`agentpost.data.sources.HUB_SOURCES`) is otherwise rebuilt from the hub by
+:func:`agentpost.data.hf.from_hub`, checked against the sizes and sha256 pinned there (the same values as its
+SOURCE.md, which a machine without the data folder does not have). Layering: sources <- hf <- registry.
 """
 
 from __future__ import annotations
@@ -15,54 +15,18 @@ from __future__ import annotations
 import functools
 import os
 import re
-from dataclasses import dataclass
 from pathlib import Path
 
+from agentpost.data import hf
+from agentpost.data.sources import DATASETS, HUB_SOURCES, DataChecksumError, DataMissingError, HubSource
 from agentpost.evidence.hashing import sha256_file
 from agentpost.project import project_root
 
-#: Data set name -> the files every chapter may read (all listed in the data set's SOURCE.md with checksums).
-DATASETS: dict[str, tuple[str, ...]] = {
-    "wikitext-2": ("train.txt", "valid.txt", "test.txt"),
-    "stabletoolbench": ("apis.jsonl", "queries.jsonl"),
-    "gsm8k": ("train.jsonl", "test.jsonl"),
-    "movietweetings-100k": ("movies.dat", "ratings.dat"),
-}
-
-
-@dataclass(frozen=True)
-class HubSource:
-    """A data set's public copy on the Hugging Face hub: ``files`` maps each local file to (hub split, bytes, sha256)."""
-
-    repo: str
-    config: str
-    files: dict[str, tuple[str, int, str]]
-
-
-#: The hub fallback of DESIGN.md ("Data"); sizes and sha256 are those of the files' SOURCE.md
-#: (tests/unit/test_data_datasets.py checks that they agree).
-HUB_SOURCES: dict[str, HubSource] = {
-    "gsm8k": HubSource("openai/gsm8k", "main", {
-        "train.jsonl": ("train", 4166206, "17f347dc51477c50d4efb83959dbb7c56297aba886e5544ee2aaed3024813465"),
-        "test.jsonl": ("test", 749738, "3730d312f6e3440559ace48831e51066acaca737f6eabec99bccb9e4b3c39d14"),
-    }),
-    "wikitext-2": HubSource("Salesforce/wikitext", "wikitext-2-v1", {
-        "train.txt": ("train", 10797148, "9e9fa1ad55b1c2c95b08e37dd8e653f638fac2c6de904b79e813611eefbc985f"),
-        "valid.txt": ("validation", 1121681, "f0737ed31fc1329026e95cb8b98e19c2a182c39c240ab909dc31abf2f8af58e8"),
-        "test.txt": ("test", 1256449, "d790b833ef8cf03a90db7bf1271b7520b83c45ce07ba3c1a9699df81e239eca0"),
-    }),
-}
+__all__ = ["DATASETS", "HUB_SOURCES", "DataChecksumError", "DataMissingError", "HubSource", "checksums", "data_file",
+           "dataset_dir", "files_read", "verify_file"]
 
 _READ: dict[str, Path] = {}
 _ROW = re.compile(r"^\|\s*([^|\s][^|]*?)\s*\|\s*(\d+)\s*\|\s*([0-9a-f]{64})\s*\|")
-
-
-class DataMissingError(FileNotFoundError):
-    """A public data set or one of its files is not available locally."""
-
-
-class DataChecksumError(ValueError):
-    """A data file differs from the size or sha256 its data set's SOURCE.md records."""
 
 
 def _candidates(name: str) -> list[Path]:
@@ -83,10 +47,8 @@ def dataset_dir(name: str) -> Path:
             return folder
     looked = ", ".join(str(p) for p in _candidates(name))
     if name in HUB_SOURCES:
-        from agentpost.data.hf import from_hub
-
         try:
-            return from_hub(name)
+            return hf.from_hub(name)
         except DataMissingError as err:
             raise DataMissingError(f"data set {name!r} not found locally (looked in {looked}); {err}") from err
     raise DataMissingError(

@@ -101,7 +101,7 @@ def load_queries() -> tuple[Query, ...]:
     """All queries in file order (read through ``datasets``); every target is checked to be a known API."""
     known = {a.name for a in load_apis()}
     out = []
-    for n, r in enumerate(local_rows(NAME, "queries.jsonl", "json").to_list(), 1):
+    for n, r in enumerate(local_rows(data_file(NAME, "queries.jsonl"), "json").to_list(), 1):
         if r["group"] not in GROUPS:
             raise ValueError(f"queries.jsonl line {n}: unknown group {r['group']!r}")
         targets = tuple(dict.fromkeys(_name(t) for t in r["relevant_apis"]))

@@ -10,6 +10,7 @@ import functools
 import re
 
 from agentpost.data.hf import local_rows
+from agentpost.data.registry import data_file
 
 SPLITS = {"train": "train.txt", "validation": "valid.txt", "test": "test.txt"}
 _TITLE = re.compile(r"^ = [^=].* = $")
@@ -24,7 +25,7 @@ def _file(split: str) -> str:
 @functools.lru_cache(maxsize=None)
 def read_split(split: str) -> str:
     """The whole split as one string (its lines are read through ``datasets``, line breaks kept)."""
-    lines = local_rows("wikitext-2", _file(split), "text", keep_linebreaks=True)
+    lines = local_rows(data_file("wikitext-2", _file(split)), "text", keep_linebreaks=True)
     return "".join(lines.data.column("text").to_pylist())  # the Arrow column at once (row access is 20x slower)
 
 

@@ -16,6 +16,9 @@ from dataclasses import dataclass
 
 import torch
 
+from agentpost.kv_retention import knorm_scores, select_top_b
+from agentpost.registry import Registry
+
 RETENTION_MODES = ("bucketed", "global")
 
 
@@ -45,11 +48,11 @@ class CacheEntries:
 
 
 def _top(scores: torch.Tensor, candidates: torch.Tensor, k: int) -> torch.Tensor:
-    """The ``k`` candidates with the highest score; ties go to the later entry (stable, deterministic)."""
+    """The ``k`` candidates (ascending indices) with the highest score; ties go to the later entry
+    (:func:`agentpost.kv_retention.select_top_b`)."""
     if k <= 0 or candidates.numel() == 0:
         return candidates[:0]
-    order = sorted(candidates.tolist(), key=lambda i: (-float(scores[i]), -i))
-    return torch.tensor(order[:k], dtype=torch.long)
+    return candidates[select_top_b(scores[candidates], k)]
 
 
 def select(entries: CacheEntries, budget: int, scores: torch.Tensor, *, n_sinks: int, n_recent: int,
@@ -148,12 +151,13 @@ class RandomRetention(RetentionPolicy):
 
 
 class KeyNormRetention(RetentionPolicy):
-    """Keep the lowest key norms (Devoto et al. 2024)."""
+    """Keep the lowest key norms (Devoto et al. 2024; :func:`agentpost.kv_retention.knorm_scores`, which ActKV's
+    ``knorm`` baseline uses too)."""
 
     name = "key_norm"
 
     def scores(self, entries):
-        return -entries.key_norm.float()
+        return knorm_scores(entries.key_norm.float()[:, None]).float()
 
 
 class AttentionRetention(RetentionPolicy):
@@ -168,11 +172,10 @@ class AttentionRetention(RetentionPolicy):
         return entries.attention.float()
 
 
-POLICIES: dict[str, type[RetentionPolicy]] = {p.name: p for p in (DriftRetention, RecencyRetention, RandomRetention,
-                                                                    KeyNormRetention, AttentionRetention)}
+POLICIES = Registry("retention policy", {p.name: p for p in (DriftRetention, RecencyRetention, RandomRetention,
+                                                               KeyNormRetention, AttentionRetention)})
 
 
 def make_policy(name: str, **kwargs) -> RetentionPolicy:
-    if name not in POLICIES:
-        raise ValueError(f"unknown retention policy {name!r}; known: {sorted(POLICIES)}")
-    return POLICIES[name](**kwargs)
+    """A retention policy by registry name (``drift``, ``recency``, ``random``, ``key_norm``, ``attention``)."""
+    return POLICIES.lookup(name)(**kwargs)

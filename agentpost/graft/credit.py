@@ -25,6 +25,7 @@ import numpy as np
 from agentpost.graft.advantages import graph_gae, node_normalise, td0_advantages
 from agentpost.graft.graph import Trajectory, TrajectoryGraph, build_graph
 from agentpost.graft.values import ValueResult, bellman_values
+from agentpost.registry import Registry
 from agentpost.rl import group_advantage
 
 
@@ -108,18 +109,18 @@ def _graft(trajectories, cfg: CreditConfig, *, gae: bool) -> Credit:
     return Credit(graph.split(final), graph=graph, values=values, raw=adv, td=td)
 
 
-CREDIT_METHODS: dict[str, Callable[[Sequence[Trajectory], CreditConfig], Credit]] = {
+#: name -> f(trajectories, cfg) -> Credit.
+CREDIT_METHODS = Registry("credit method", {
     "grpo": _grpo,
     "gigpo": _gigpo,
     "graft_td": lambda trajs, cfg: _graft(trajs, cfg, gae=False),
     "graft_gae": lambda trajs, cfg: _graft(trajs, cfg, gae=True),
-}
+})
 
 
 def step_credit(method: str, trajectories: Sequence[Trajectory], cfg: CreditConfig = CreditConfig()) -> Credit:
     """Step advantages of one group by ``method`` (one of :data:`CREDIT_METHODS`)."""
-    if method not in CREDIT_METHODS:
-        raise KeyError(f"unknown credit method {method!r}; known: {sorted(CREDIT_METHODS)}")
+    fn = CREDIT_METHODS.lookup(method)
     if not trajectories:
         raise ValueError("step_credit needs a non-empty group of trajectories")
-    return CREDIT_METHODS[method](trajectories, cfg)
+    return fn(trajectories, cfg)

@@ -17,8 +17,6 @@ from __future__ import annotations
 
 import warnings
 
-import numpy as np
-
 
 class TextGridworld:
     """A ``size`` x ``size`` room, start (0, 0), goal (size-1, size-1), actions N, E, S, W (synthetic)."""

@@ -25,6 +25,10 @@ from typing import Sequence
 
 import torch
 
+from agentpost.rl.divergence import DIVERGENCES as DIVERGENCES_RL
+
+#: The paper's four matching divergences (a fixed set: each has a closed-form reward below), L2 and the shared
+#: KL-family ones of agentpost.rl.divergence.
 DIVERGENCES = ("l2", "forward_kl", "reverse_kl", "jsd")
 #: kappa and the constant b in r_table(c) = kappa * (-dD/dp_hat(c)) + b.
 TABLE_RELATION = {"l2": (0.5, 0.0), "forward_kl": (1.0, -1.0), "reverse_kl": (1.0, 1.0), "jsd": (1.0, 0.0)}
@@ -53,22 +57,14 @@ def smooth_target(p_star: torch.Tensor, eps: float) -> torch.Tensor:
 
 
 def divergence(p_hat: torch.Tensor, p_star: torch.Tensor, name: str) -> torch.Tensor:
-    """D(p_hat, p*): ``l2`` sum (p_hat - p*)^2; ``forward_kl`` KL(p* || p_hat); ``reverse_kl`` KL(p_hat || p*);
+    """D(p_hat, p*): ``l2`` sum (p_hat - p*)^2; otherwise the shared divergence of :mod:`agentpost.rl.divergence`
+    with the target p* as P and p_hat as Q: ``forward_kl`` KL(p* || p_hat); ``reverse_kl`` KL(p_hat || p*);
     ``jsd`` KL(p* || m)/2 + KL(p_hat || m)/2 with m = (p* + p_hat)/2. Terms with zero weight are 0 (0 log 0 = 0).
     Differentiable in ``p_hat`` (autograd reference of the reward tests)."""
     _check_divergence(name)
-
-    def kl(a, b):
-        return torch.where(a > 0, a * (torch.log(torch.where(a > 0, a, 1.0)) - torch.log(b)), torch.zeros_like(a)).sum(-1)
-
     if name == "l2":
         return ((p_hat - p_star) ** 2).sum(-1)
-    if name == "forward_kl":
-        return kl(p_star, p_hat)
-    if name == "reverse_kl":
-        return kl(p_hat, p_star)
-    m = 0.5 * (p_star + p_hat)
-    return 0.5 * kl(p_star, m) + 0.5 * kl(p_hat, m)
+    return DIVERGENCES_RL.lookup(name)(torch.log(p_star), torch.log(p_hat))
 
 
 def neg_gradient(p_hat: torch.Tensor, p_star: torch.Tensor, name: str) -> torch.Tensor:

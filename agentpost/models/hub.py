@@ -8,17 +8,13 @@ safetensors weights is accepted wherever a hub id is.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
+
+from agentpost.project import hub_offline
 
 
 class HubModelUnavailable(RuntimeError):
     """The requested hub model's weights are not reachable from this machine."""
-
-
-def hub_offline() -> bool:
-    """True where ``HF_HUB_OFFLINE`` asks the hub client to use its local cache only."""
-    return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
 
 
 def _check_name(name) -> str:

@@ -1,7 +1,7 @@
 """The project's small tool-use causal LM (Qwen3 architecture with grouped-query attention).
 
-Trained by ``python -m agentpost.actkv.train_lm`` (WikiText-2 pretraining, then fine-tuning on the
-synthetic-format tool traces of :mod:`agentpost.actkv.traces`); the checkpoint, its config, the shared
+Trained by ``python -m agentpost.models.train_tool_lm`` (WikiText-2 pretraining, then fine-tuning on the
+synthetic-format tool traces of :mod:`agentpost.data.tool_traces`); the checkpoint, its config, the shared
 tokenizer's files and ``receipt.json`` live in :data:`DEFAULT_DIR` and load with ``from_pretrained``.
 """
 
@@ -13,7 +13,7 @@ import torch
 import transformers
 
 DEFAULT_DIR = Path(__file__).parent / "assets" / "tool-lm"
-TRAIN_COMMAND = "python -m agentpost.actkv.train_lm"
+TRAIN_COMMAND = "python -m agentpost.models.train_tool_lm"
 
 #: Architecture of the committed checkpoint: ~3.8 M parameters, 15 MB in fp32 with tied embeddings.
 _DEFAULTS = dict(

@@ -1,6 +1,6 @@
 """Generic pieces for training the project's small causal LMs on CPU: the (weighted) next-token loss, random
 windows of a token stream, one clipped AdamW step, and perplexity over non-overlapping windows. Chapter-specific
-training scripts (e.g. :mod:`agentpost.actkv.train_lm`) compose them."""
+training scripts (e.g. :mod:`agentpost.models.train_tool_lm`) compose them."""
 
 from __future__ import annotations
 

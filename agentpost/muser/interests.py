@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 
 ORTHO_FORMS = ("normalized", "raw", "mean_gram")
-AGGREGATIONS = ("softmax", "max")
+INTEREST_AGGREGATIONS = ("softmax", "max")
 
 
 def masked_softmax(logits: torch.Tensor, mask: torch.Tensor, dim: int = -1) -> torch.Tensor:
@@ -69,8 +69,8 @@ def adaptive_score(cos: torch.Tensor, tau: float, agg: str = "softmax") -> torch
 
     Worked example: u = ((1,0), (0,1)), e = (0.6, 0.8), tau = 0.1 -> alpha = (0.1192, 0.8808), s = 7.7616.
     """
-    if agg not in AGGREGATIONS:
-        raise ValueError(f"interest_agg must be one of {AGGREGATIONS}, got {agg!r}")
+    if agg not in INTEREST_AGGREGATIONS:
+        raise ValueError(f"interest_agg must be one of {INTEREST_AGGREGATIONS}, got {agg!r}")
     if agg == "max":
         return cos.max(dim=-2).values / tau
     return (interest_weights(cos, tau) * cos).sum(dim=-2) / tau

@@ -21,7 +21,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from agentpost.muser.compression import POOLS, RECENT, compress, segment_ids
-from agentpost.muser.interests import (AGGREGATIONS, ORTHO_FORMS, adaptive_score, interest_cosines,
+from agentpost.muser.interests import (INTEREST_AGGREGATIONS, ORTHO_FORMS, adaptive_score, interest_cosines,
                                        multi_query_interests)
 
 
@@ -53,7 +53,8 @@ class MuSeRConfig:
     def __post_init__(self):
         if self.kind not in ("muser", "sasrec"):
             raise ValueError(f"kind must be 'muser' or 'sasrec', got {self.kind!r}")
-        if self.pool not in POOLS or self.interest_agg not in AGGREGATIONS or self.ortho_form not in ORTHO_FORMS:
+        if (self.pool not in POOLS or self.interest_agg not in INTEREST_AGGREGATIONS
+                or self.ortho_form not in ORTHO_FORMS):
             raise ValueError(f"bad pool / interest_agg / ortho_form: {self.pool!r}, {self.interest_agg!r}, "
                              f"{self.ortho_form!r}")
         if self.dim % self.heads or self.num_interests < 1 or self.recent_len < 1 or self.max_len < self.recent_len:

@@ -23,7 +23,7 @@ which has no counterpart in a one-line arithmetic answer. Answers are compared a
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 

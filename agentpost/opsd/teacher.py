@@ -24,16 +24,18 @@ from contextlib import contextmanager
 
 import torch
 
-TEACHER_SYNCS: dict[str, type["TeacherSync"]] = {}
+from agentpost.registry import Registry
+
+#: name -> teacher-sync policy class.
+TEACHER_SYNCS = Registry("teacher sync")
 
 
 def register_sync(name: str):
+    """Register a :class:`TeacherSync` subclass under ``name`` (also its ``name`` attribute)."""
+
     def wrap(cls):
-        if name in TEACHER_SYNCS:
-            raise ValueError(f"teacher sync {name!r} is already registered")
         cls.name = name
-        TEACHER_SYNCS[name] = cls
-        return cls
+        return TEACHER_SYNCS.register(name)(cls)
 
     return wrap
 
@@ -135,9 +137,7 @@ class Periodic(TeacherSync):
 
 def make_sync(name: str, *, ema_decay: float = 0.3, sync_every: int = 5) -> TeacherSync:
     """The registered policy ``name`` (``ema`` takes ``ema_decay``, ``periodic`` takes ``sync_every``)."""
-    if name not in TEACHER_SYNCS:
-        raise KeyError(f"unknown teacher sync {name!r}; known: {sorted(TEACHER_SYNCS)}")
-    cls = TEACHER_SYNCS[name]
+    cls = TEACHER_SYNCS.lookup(name)
     if cls is EMA:
         return cls(ema_decay)
     if cls is Periodic:

@@ -8,30 +8,16 @@ OpenRLHF ``experience_maker.py`` (``rloo``).
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from typing import Sequence
 
 import torch
 
-ADVANTAGE_ESTIMATORS: dict[str, Callable[..., torch.Tensor]] = {}
+from agentpost.registry import Registry
 
-
-def register_advantage(name: str):
-    """Register an advantage estimator ``f(rewards, group_ids, **kw) -> advantages`` under ``name``."""
-
-    def wrap(fn):
-        if name in ADVANTAGE_ESTIMATORS:
-            raise ValueError(f"advantage estimator {name!r} is already registered")
-        ADVANTAGE_ESTIMATORS[name] = fn
-        return fn
-
-    return wrap
-
-
-def get_advantage(name: str) -> Callable[..., torch.Tensor]:
-    """The estimator registered as ``name``."""
-    if name not in ADVANTAGE_ESTIMATORS:
-        raise KeyError(f"unknown advantage estimator {name!r}; known: {sorted(ADVANTAGE_ESTIMATORS)}")
-    return ADVANTAGE_ESTIMATORS[name]
+#: name -> advantage estimator ``f(rewards, group_ids, **kw) -> advantages``.
+ADVANTAGE_ESTIMATORS = Registry("advantage estimator")
+register_advantage = ADVANTAGE_ESTIMATORS.register
+get_advantage = ADVANTAGE_ESTIMATORS.lookup
 
 
 def _as_inputs(rewards, group_ids) -> tuple[torch.Tensor, torch.Tensor]:

@@ -2,29 +2,20 @@
 
 All functions are pure and take explicit masks; nothing is averaged implicitly. References (semantics only):
 verl ``core_algos.py::compute_policy_loss_vanilla`` (log-ratio clamp +-20, dual clip ``clip_ratio_c``),
-``core_algos.py::kl_penalty`` (k1/k2/k3, ``+`` straight-through), ``core_algos.py::agg_loss``; TRL
+``core_algos.py::kl_penalty`` (k1/k2/k3, ``+`` straight-through), ``core_algos.py::agg_loss`` (its seq-mean modes
+skip fully masked rows), ``core_algos.py::compute_policy_loss_vanilla`` (``pg_clipfrac``); TRL
 ``grpo_trainer.py::_compute_loss`` (``importance_sampling_level``, loss types ``grpo``/``bnpo``/``dr_grpo``).
 """
 
 from __future__ import annotations
 
-from typing import Callable
-
 import torch
 
-AGGREGATIONS: dict[str, Callable[..., torch.Tensor]] = {}
+from agentpost.registry import Registry
 
-
-def register_aggregation(name: str):
-    """Register a loss aggregation ``f(loss, mask, **kw) -> scalar`` under ``name``."""
-
-    def wrap(fn):
-        if name in AGGREGATIONS:
-            raise ValueError(f"aggregation {name!r} is already registered")
-        AGGREGATIONS[name] = fn
-        return fn
-
-    return wrap
+#: name -> loss aggregation ``f(loss, mask, **kw) -> scalar``.
+AGGREGATIONS = Registry("aggregation")
+register_aggregation = AGGREGATIONS.register
 
 
 def _check_same(name: str, x: torch.Tensor, ref: torch.Tensor) -> None:
@@ -49,7 +40,7 @@ def masked_group_mean(x: torch.Tensor, mask: torch.Tensor, ids: torch.Tensor) ->
     return out
 
 
-def policy_objective(
+def _surrogate(
     logp: torch.Tensor,
     logp_old: torch.Tensor,
     adv: torch.Tensor,
@@ -61,14 +52,8 @@ def policy_objective(
     dual_clip_c: float | None = None,
     logratio_clamp: float = 20.0,
     segment_ids: torch.Tensor | None = None,
-) -> torch.Tensor:
-    """Per-token clipped surrogate objective (to be maximised; the loss is its negative), zero where mask = 0.
-
-    l = min(rho A, clip(rho, 1-eps_low, 1+eps_high) A); with ``dual_clip_c`` = c > 1, for A < 0:
-    l = max(l, c A) (verl dual clip). ``ratio_level``: ``token`` rho = exp(logp - logp_old) per token;
-    ``sequence`` rho = exp(mean over the row's masked tokens of the log-ratio) (GSPO); ``segment`` the same mean
-    within each segment given by ``segment_ids`` (one ratio per assistant turn).
-    """
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(objective, clip binds) per token; see :func:`policy_objective` and :func:`clip_fraction`."""
     for name, x in (("logp_old", logp_old), ("adv", adv), ("mask", mask)):
         _check_same(name, x, logp)
     if ratio_level not in ("token", "sequence", "segment"):
@@ -89,9 +74,33 @@ def policy_objective(
     unclipped = ratio * adv
     clipped = torch.clamp(ratio, 1.0 - eps_low, 1.0 + eps_high) * adv
     obj = torch.minimum(unclipped, clipped)
+    binds = (clipped < unclipped) & mask.bool()
     if dual_clip_c is not None:
         obj = torch.where(adv < 0, torch.maximum(obj, dual_clip_c * adv), obj)
-    return masked(obj, mask)
+    return masked(obj, mask), binds
+
+
+def policy_objective(logp: torch.Tensor, logp_old: torch.Tensor, adv: torch.Tensor, mask: torch.Tensor,
+                     **kwargs) -> torch.Tensor:
+    """Per-token clipped surrogate objective (to be maximised; the loss is its negative), zero where mask = 0.
+
+    l = min(rho A, clip(rho, 1-eps_low, 1+eps_high) A); with ``dual_clip_c`` = c > 1, for A < 0:
+    l = max(l, c A) (verl dual clip). ``ratio_level``: ``token`` rho = exp(logp - logp_old) per token;
+    ``sequence`` rho = exp(mean over the row's masked tokens of the log-ratio) (GSPO); ``segment`` the same mean
+    within each segment given by ``segment_ids`` (one ratio per assistant turn). Keywords: ``ratio_level``,
+    ``eps_low``, ``eps_high``, ``dual_clip_c``, ``logratio_clamp``, ``segment_ids`` (defaults token, 0.2, 0.2,
+    None, 20, None).
+    """
+    return _surrogate(logp, logp_old, adv, mask, **kwargs)[0]
+
+
+def clip_fraction(binds: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Fraction of masked tokens where the clip binds, i.e. the clipped term is the smaller one:
+    A > 0 and rho > 1 + eps_high, or A < 0 and rho < 1 - eps_low (verl ``core_algos.py::compute_policy_loss_vanilla``,
+    ``pg_clipfrac = masked_mean(gt(pg_losses2, pg_losses1))``; TRL ``grpo_trainer.py`` ``clip_ratio/region_mean``
+    likewise counts low clips only with A < 0 and high clips only with A > 0). A token outside the clip range whose
+    advantage has the other sign (or is 0) keeps its gradient and does not count."""
+    return (binds & mask.bool()).sum() / mask.sum().clamp_min(1)
 
 
 #: verl ``core_algos.py::kl_penalty`` mode ``low_var_kl``: k3 with the inner exponent clamped to +-20 and the
@@ -147,17 +156,32 @@ def token_mean(loss: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return masked(loss, mask).sum() / m.sum().clamp_min(1.0)
 
 
+EMPTY_ROWS = ("skip", "count")
+
+
+def _mean_over_rows(row_values: torch.Tensor, mask: torch.Tensor, empty_rows: str) -> torch.Tensor:
+    """Mean of per-row values over the rows with at least one masked token (``skip``, verl ``agg_loss``: a fully
+    masked row is neither numerator nor denominator) or over all B rows (``count``, TRL ``grpo``'s reading)."""
+    if empty_rows not in EMPTY_ROWS:
+        raise ValueError(f"empty_rows must be one of {EMPTY_ROWS}, got {empty_rows!r}")
+    if empty_rows == "count":
+        return row_values.mean()
+    live = mask.bool().any(-1)
+    return masked(row_values, live).sum() / live.sum().clamp_min(1)
+
+
 @register_aggregation("seq_mean_token_mean")
-def seq_mean_token_mean(loss: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """(1/B) sum_i (sum_t M L / sum_t M) (TRL ``grpo``)."""
+def seq_mean_token_mean(loss: torch.Tensor, mask: torch.Tensor, *, empty_rows: str = "skip") -> torch.Tensor:
+    """(1/B') sum_i (sum_t M L / sum_t M), B' the rows with a masked token (``empty_rows="count"``: B', TRL
+    ``grpo``, becomes B)."""
     m = mask.to(loss.dtype)
-    return (masked(loss, mask).sum(-1) / m.sum(-1).clamp_min(1.0)).mean()
+    return _mean_over_rows(masked(loss, mask).sum(-1) / m.sum(-1).clamp_min(1.0), mask, empty_rows)
 
 
 @register_aggregation("seq_mean_token_sum")
-def seq_mean_token_sum(loss: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """(1/B) sum_i sum_t M L."""
-    return masked(loss, mask).sum(-1).mean()
+def seq_mean_token_sum(loss: torch.Tensor, mask: torch.Tensor, *, empty_rows: str = "skip") -> torch.Tensor:
+    """(1/B') sum_i sum_t M L, B' as in :func:`seq_mean_token_mean`."""
+    return _mean_over_rows(masked(loss, mask).sum(-1), mask, empty_rows)
 
 
 @register_aggregation("seq_sum_over_width")
@@ -180,11 +204,9 @@ def global_token_mean(loss: torch.Tensor, mask: torch.Tensor, *, global_tokens: 
 
 def aggregate(loss: torch.Tensor, mask: torch.Tensor, mode: str, **kwargs) -> torch.Tensor:
     """Aggregate a per-token loss with the mode registered as ``mode`` (``max_len`` for ``dr_grpo``,
-    ``global_tokens`` for ``global_token_mean``)."""
+    ``global_tokens`` for ``global_token_mean``, optional ``empty_rows`` for the seq-mean modes)."""
     _check_same("mask", mask, loss)
-    if mode not in AGGREGATIONS:
-        raise KeyError(f"unknown aggregation {mode!r}; known: {sorted(AGGREGATIONS)}")
-    return AGGREGATIONS[mode](loss, mask, **kwargs)
+    return AGGREGATIONS.lookup(mode)(loss, mask, **kwargs)
 
 
 def clipped_policy_loss(
@@ -209,10 +231,11 @@ def clipped_policy_loss(
 
     ``kl_kind`` / ``kl_clamp`` go to :func:`kl_estimate` (``low_var_kl`` is verl's clamped k3). Positions with
     mask 0 contribute nothing, whatever they hold (padding log-probs of -inf, NaN advantages).
-    Returns the scalar loss and detached parts (``pg_loss``, ``kl``, ``clip_frac``).
+    Returns the scalar loss and detached parts (``pg_loss``, ``kl``, ``clip_frac``: :func:`clip_fraction` at
+    the ratio level used).
     """
-    obj = policy_objective(logp, logp_old, adv, mask, ratio_level=ratio_level, eps_low=eps_low,
-                           eps_high=eps_high, dual_clip_c=dual_clip_c, segment_ids=segment_ids)
+    obj, binds = _surrogate(logp, logp_old, adv, mask, ratio_level=ratio_level, eps_low=eps_low,
+                            eps_high=eps_high, dual_clip_c=dual_clip_c, segment_ids=segment_ids)
     pg = -aggregate(obj, mask, agg_mode, **agg_kwargs)
     loss = pg
     kl_val = torch.zeros((), dtype=logp.dtype)
@@ -222,9 +245,5 @@ def clipped_policy_loss(
         kl = kl_estimate(masked(logp, mask), masked(logp_ref, mask), kind=kl_kind, clamp=kl_clamp)
         kl_val = aggregate(kl, mask, agg_mode, **agg_kwargs)
         loss = loss + kl_coef * kl_val
-    with torch.no_grad():
-        ratio = torch.exp(torch.clamp(masked(logp, mask) - masked(logp_old, mask), -20, 20))
-        clipped = ((ratio < 1 - eps_low) | (ratio > 1 + eps_high)) & mask.bool()
-    parts = {"pg_loss": pg.detach(), "kl": kl_val.detach(),
-             "clip_frac": clipped.sum() / mask.sum().clamp_min(1)}
+    parts = {"pg_loss": pg.detach(), "kl": kl_val.detach(), "clip_frac": clip_fraction(binds, mask).detach()}
     return loss, parts

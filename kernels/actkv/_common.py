@@ -7,11 +7,6 @@ Layout of one layer's paged cache: ``k_cache``/``v_cache`` are ``[num_blocks, bl
 from __future__ import annotations
 
 import torch
-import triton
-
-
-def next_pow2(n: int) -> int:
-    return triton.next_power_of_2(max(int(n), 1))
 
 
 def check_cache(k_cache: torch.Tensor, v_cache: torch.Tensor) -> int:

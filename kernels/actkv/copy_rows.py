@@ -7,11 +7,10 @@ independent and run in one parallel pass with no scratch buffer.
 """
 from __future__ import annotations
 
-import torch
 import triton
 import triton.language as tl
 
-from ._common import next_pow2
+from .._common import next_pow2
 
 
 @triton.jit

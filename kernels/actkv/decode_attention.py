@@ -13,7 +13,8 @@ import torch
 import triton
 import triton.language as tl
 
-from ._common import check_cache, check_table, next_pow2
+from .._common import next_pow2
+from ._common import check_cache, check_table
 
 
 @triton.jit

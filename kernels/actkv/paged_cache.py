@@ -11,6 +11,8 @@ import math
 
 import torch
 
+from agentpost.kv_retention import select_top_b
+
 from ._common import check_cache, slot_index
 from .compaction import compact_gather, compact_inplace
 from .copy_rows import copy_rows
@@ -163,28 +165,23 @@ class PagedKVCache:
 
 
 def keep_mask_from_scores(scores: torch.Tensor, seq_lens: torch.Tensor, budget: int, prefix_len=0) -> torch.Tensor:
-    """Selection primitive: keep = protected prefix ∪ top-``budget`` of ``scores`` among the other live entries.
+    """Keep mask for the compaction ops: protected prefix ∪ top-``budget`` of ``scores`` among the other live
+    entries, by :func:`agentpost.kv_retention.select_top_b` (ties to the higher index, i.e. the more recent entry
+    only while logical order is recency order; scores compared in float32).
 
-    ``scores`` [R, N] (Alg. 1's keep scores KS, per layer), ``seq_lens`` [R], ``prefix_len`` int or [R].
-    Ties go to the higher index, i.e. the more recent entry only while logical order is recency order (spec
-    ambiguity 8 default); scores are compared in float32. Returns a bool [R, N] mask for the compaction ops.
-    The engine's ``kv_backend="paged"`` does not use it: after an in-place compaction logical order is no longer
-    recency, so it selects with :func:`agentpost.actkv.lrfu.select_top_b` on float64 keep scores held in position
-    order (the dense path's rule) and builds the mask from those indices (:mod:`agentpost.actkv.paged`).
+    ``scores`` [R, N] (Alg. 1's keep scores KS, per layer), ``seq_lens`` [R], ``prefix_len`` int or [R]; returns a
+    bool [R, N] mask. The engine's ``kv_backend="paged"`` selects on float64 keep scores held in position order
+    (the dense path's rule) and builds its mask from those indices (:mod:`agentpost.actkv.paged`).
     """
     if scores.dim() != 2 or seq_lens.shape != (scores.shape[0],):
         raise ValueError(f"scores must be [R, N] and seq_lens [R], got {tuple(scores.shape)} / {tuple(seq_lens.shape)}")
     if budget < 0:
         raise ValueError(f"budget must be >= 0, got {budget}")
     R, N = scores.shape
-    idx = torch.arange(N, device=scores.device)[None, :].expand(R, N)
-    prefix = torch.as_tensor(prefix_len, device=scores.device).expand(R)[:, None]
-    live = idx < seq_lens.to(scores.device)[:, None]
-    candidate = live & (idx >= prefix)
-    # Descending score, ties by descending index: stable sort on score after ordering by index descending.
-    rev = torch.flip(torch.arange(N, device=scores.device), [0])
-    s = torch.where(candidate, scores.float(), torch.tensor(float("-inf"), device=scores.device))[:, rev]
-    order = rev[torch.sort(s, dim=1, descending=True, stable=True).indices]
-    rank = torch.empty_like(order)
-    rank.scatter_(1, order, torch.arange(N, device=scores.device)[None, :].expand(R, N).contiguous())
-    return (live & (idx < prefix)) | (candidate & (rank < budget))
+    prefix = torch.as_tensor(prefix_len).expand(R).tolist()
+    keep = torch.zeros(R, N, dtype=torch.bool, device=scores.device)
+    for r, (lo, hi) in enumerate(zip(prefix, seq_lens.tolist())):
+        keep[r, : min(lo, hi)] = True
+        if hi > lo:
+            keep[r, lo + select_top_b(scores[r, lo:hi].float(), budget)] = True
+    return keep

@@ -5,7 +5,7 @@ For each action-region query ``t`` of request ``r`` (recorded at decode time wit
 reduced by the max over each GQA group and accumulated as a running mean over action tokens, per KV head:
 ``acc[r,g,i] <- (count[r] * acc[r,g,i] + sum_t max_{h in g} A[t,h,i]) / (count[r] + T_r)``.
 K is read through the block table, one program per (request, logical block, KV head), without gathering the cache.
-Padding queries carry ``ctx_lens == 0`` and are not counted. ``head_reduce`` then combines the KV heads
+Padding queries carry ``ctx_lens == 0`` and are not counted. ``agentpost.actkv.lrfu.head_reduce`` then combines the KV heads
 (spec ambiguity 1: ``mean_of_max`` by default).
 """
 from __future__ import annotations
@@ -16,9 +16,8 @@ import torch
 import triton
 import triton.language as tl
 
-from ._common import check_k_cache, next_pow2
-
-HEAD_REDUCE = ("mean_of_max", "max", "per_head")
+from .._common import next_pow2
+from ._common import check_k_cache
 
 
 @triton.jit
@@ -143,19 +142,3 @@ def recover_action_attention_reference(q, lse, k_cache, block_table, ctx_lens, s
         acc[r] = (acc[r] * count[r] + total) / max(float(count[r]) + n_new, 1.0)
         count[r] += n_new
     return acc, count
-
-
-def head_reduce(acc: torch.Tensor, mode: str = "mean_of_max") -> torch.Tensor:
-    """Combine KV heads of ``acc [..., kv_heads, N]`` (spec ambiguity 1).
-
-    ``mean_of_max`` (default, Alg. 1's ``mean_g max_{h in g}``; the mean over KV heads commutes with the mean over
-    action tokens, so it may be applied after accumulation) -> [..., N]; ``max`` -> max over KV heads (equal to the
-    max over all query heads only for a single action token) -> [..., N]; ``per_head`` -> unchanged.
-    """
-    if mode == "mean_of_max":
-        return acc.mean(dim=-2)
-    if mode == "max":
-        return acc.amax(dim=-2)
-    if mode == "per_head":
-        return acc
-    raise ValueError(f"head_reduce mode must be one of {HEAD_REDUCE}, got {mode!r}")

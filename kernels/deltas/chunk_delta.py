@@ -20,9 +20,7 @@ import triton.language as tl
 
 from agentpost.deltas.rule import DRIFT_NORMS, chunk_gated_delta
 
-
-def _next_pow2(n: int) -> int:
-    return 1 << max(0, (n - 1).bit_length())
+from .._common import next_pow2
 
 
 @triton.jit
@@ -116,7 +114,7 @@ def chunk_gated_delta_drift(q, k, v, g, beta, initial_state=None, *, scale: floa
     _chunk_delta_kernel[(B * H,)](
         q, k, v, g, beta, s0, o, final, drift, T, H, dk, dv, n_chunks,
         1.0 / math.sqrt(dk) if scale is None else float(scale), float(eps),
-        C=chunk_size, BK=max(16, _next_pow2(dk)), BV=max(16, _next_pow2(dv)), LOG2C=int(math.log2(chunk_size)),
+        C=chunk_size, BK=max(16, next_pow2(dk)), BV=max(16, next_pow2(dv)), LOG2C=int(math.log2(chunk_size)),
         HAS_S0=initial_state is not None, WITH_DRIFT=with_drift, RELATIVE=drift_norm == "relative")
     return o, final, (drift if with_drift else None)
 

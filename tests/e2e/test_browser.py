@@ -12,7 +12,6 @@ Chromium comes from the Debian package (``.ci/run`` installs it where missing).
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil

@@ -186,7 +186,7 @@ def test_actkv_policy_only_action_rows_score():
 
 
 def test_registry():
-    assert set(POLICIES) == {"fullkv", "streamingllm", "h2o", "snapkv", "rkv", "actkv"}
+    assert set(POLICIES) == {"fullkv", "streamingllm", "h2o", "snapkv", "rkv", "knorm", "actkv"}
     assert make_policy("snapkv", window=8).window == 8
     with pytest.raises(ValueError, match="unknown KV policy"):
         make_policy("quest")

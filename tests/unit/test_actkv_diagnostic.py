@@ -1,7 +1,6 @@
 """The diagnostic harness on a tiny random model and a SYNTHETIC trace (mechanism only, not evidence)."""
 
 import pytest
-import torch
 
 from agentpost.actkv.diagnostic import VARIANTS, budget_for, diag_trace, run_grid
 from agentpost.models.lm import tiny_random_lm

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from agentpost.actkv.traces import (
+from agentpost.data.tool_traces import (
     SPLIT_GROUPS, TRACE_LABEL, ToolTrace, build_traces, render_doc, split_groups, tokenize_trace,
 )
 from agentpost.data.stabletoolbench import Api
@@ -22,7 +22,7 @@ def traces():
 
 
 def test_labeled_synthetic():
-    import agentpost.actkv.traces as m
+    import agentpost.data.tool_traces as m
 
     assert TRACE_LABEL == "synthetic trace format over real StableToolBench API docs"
     assert TRACE_LABEL in m.__doc__ and TRACE_LABEL in build_traces.__doc__

@@ -66,7 +66,7 @@ def test_step_limit_arrives_as_terminated_and_is_classified_truncated():
     env = make_env("MiniHack-Room-15x15-v0", max_episode_steps=5)
     seeded_reset(env, 3)
     wall = list(PRIMITIVE_KEYS).index("search")
-    for i in range(5):
+    for _ in range(5):
         obs, reward, terminated, truncated, info = env.step(wall)
     assert (terminated, truncated, int(info["end_status"])) == (True, False, ABORTED)  # NLE's own signalling
     assert classify_end(terminated, truncated, info).kind == "truncated"

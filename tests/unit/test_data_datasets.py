@@ -48,7 +48,7 @@ def test_stabletoolbench_queries_rows_order_and_types():
 
 def test_local_rows_cache_lives_in_the_project_cache_not_the_data_folder(tmp_path, monkeypatch):
     monkeypatch.setenv("AGENTPOST_CACHE", str(tmp_path))
-    rows = hf.local_rows("gsm8k", "test.jsonl", "json")
+    rows = hf.local_rows(registry.data_file("gsm8k", "test.jsonl"), "json")
     assert len(rows) == 1319 and rows.cache_files
     assert all(f["filename"].startswith(str(tmp_path / "datasets")) for f in rows.cache_files)
 

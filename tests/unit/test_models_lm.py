@@ -39,7 +39,7 @@ def test_tiny_random_is_seeded():
 
 
 def test_missing_checkpoint_names_path_and_command(tmp_path):
-    with pytest.raises(FileNotFoundError, match="python -m agentpost.actkv.train_lm") as err:
+    with pytest.raises(FileNotFoundError, match="python -m agentpost.models.train_tool_lm") as err:
         load_tool_lm(tmp_path / "nowhere")
     assert "nowhere" in str(err.value)
 

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from agentpost.data.movietweetings import (EvalCase, Interactions, leave_last_out,
+from agentpost.data.movietweetings import (EvalCase, leave_last_out,
                                            load_interactions, time_split)
 from agentpost.muser.diagnostic import ARMS, arm_config
 from agentpost.muser.model import MuSeR, MuSeRConfig, SASRec

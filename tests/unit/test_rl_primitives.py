@@ -224,3 +224,54 @@ def test_non_finite_values_at_masked_positions_do_not_contribute():
                      ("seq_sum_over_width", {}), ("dr_grpo", {"max_len": 3}), ("global_token_mean", {"global_tokens": 2})):
         assert torch.isfinite(aggregate(torch.tensor([[1.0, 3.0, math.inf]]), mask, mode, **kw))
     assert aggregate(torch.tensor([[1.0, 3.0, math.nan]]), mask, "token_mean").item() == 2.0
+
+
+def test_clip_frac_counts_only_binding_clips():
+    # Four tokens, eps 0.2: ratios 1.5 (A=+1: high clip binds), 1.5 (A=-1: outside the range, does not bind),
+    # 0.5 (A=-1: low clip binds), 0.5 (A=+1: does not bind); a fifth token, masked out, would bind.
+    # verl pg_clipfrac: masked mean of [clipped loss > unclipped loss] = 2 / 4.
+    logp_old = torch.zeros(1, 5, dtype=torch.float64)
+    logp = torch.log(torch.tensor([[1.5, 1.5, 0.5, 0.5, 3.0]], dtype=torch.float64))
+    adv = torch.tensor([[1.0, -1.0, -1.0, 1.0, 1.0]], dtype=torch.float64)
+    mask = torch.tensor([[1, 1, 1, 1, 0]])
+    _, parts = clipped_policy_loss(logp, logp_old, None, adv, mask, eps_low=0.2, eps_high=0.2, dual_clip_c=None,
+                                   kl_coef=0.0, kl_kind="k3", agg_mode="token_mean")
+    assert parts["clip_frac"].item() == pytest.approx(0.5)
+    # At ratio 1.1 (inside the range) nothing binds, whatever the sign; with A = 0 nothing binds either.
+    inside = torch.log(torch.full((1, 4), 1.1, dtype=torch.float64))
+    _, parts = clipped_policy_loss(inside, logp_old[:, :4], None, adv[:, :4], mask[:, :4], eps_low=0.2,
+                                   eps_high=0.2, dual_clip_c=None, kl_coef=0.0, kl_kind="k3", agg_mode="token_mean")
+    assert parts["clip_frac"].item() == 0.0
+    _, parts = clipped_policy_loss(logp, logp_old, None, torch.zeros_like(adv), mask, eps_low=0.2, eps_high=0.2,
+                                   dual_clip_c=None, kl_coef=0.0, kl_kind="k3", agg_mode="token_mean")
+    assert parts["clip_frac"].item() == 0.0
+
+
+def test_clip_frac_uses_the_sequence_ratio_at_sequence_level():
+    # Token log-ratios log 2 and -log 2 average to 0: the sequence ratio is 1, so no clip binds (A = +1), while
+    # the token-level ratio 2 binds on the first token (1 of 2).
+    logp = torch.log(torch.tensor([[2.0, 0.5]], dtype=torch.float64))
+    logp_old = torch.zeros_like(logp)
+    adv = torch.ones_like(logp)
+    mask = torch.ones(1, 2)
+    kw = dict(eps_low=0.2, eps_high=0.2, dual_clip_c=None, kl_coef=0.0, kl_kind="k3", agg_mode="token_mean")
+    assert clipped_policy_loss(logp, logp_old, None, adv, mask, **kw)[1]["clip_frac"].item() == pytest.approx(0.5)
+    assert clipped_policy_loss(logp, logp_old, None, adv, mask, ratio_level="sequence",
+                               **kw)[1]["clip_frac"].item() == 0.0
+
+
+def test_seq_mean_aggregations_skip_fully_masked_rows_unless_asked():
+    # Rows: [2, 4] fully kept, [6, -] one token, [9, 9] fully masked (padding of an empty response).
+    loss = torch.tensor([[2.0, 4.0], [6.0, 7.0], [9.0, 9.0]], dtype=torch.float64)
+    mask = torch.tensor([[1, 1], [1, 0], [0, 0]])
+    # verl agg_loss: row means 3 and 6 over the 2 live rows = 4.5; row sums 6 and 6 -> 6.
+    assert aggregate(loss, mask, "seq_mean_token_mean").item() == pytest.approx(4.5)
+    assert aggregate(loss, mask, "seq_mean_token_sum").item() == pytest.approx(6.0)
+    # Counting the empty row (TRL grpo's reading): (3 + 6 + 0) / 3 = 3 and (6 + 6 + 0) / 3 = 4.
+    assert aggregate(loss, mask, "seq_mean_token_mean", empty_rows="count").item() == pytest.approx(3.0)
+    assert aggregate(loss, mask, "seq_mean_token_sum", empty_rows="count").item() == pytest.approx(4.0)
+    # Without empty rows the two readings agree; an all-empty batch gives 0, not NaN.
+    assert aggregate(loss[:2], mask[:2], "seq_mean_token_mean", empty_rows="count").item() == pytest.approx(4.5)
+    assert aggregate(loss, torch.zeros_like(mask), "seq_mean_token_mean").item() == 0.0
+    with pytest.raises(ValueError, match="empty_rows"):
+        aggregate(loss, mask, "seq_mean_token_mean", empty_rows="drop")

@@ -1,4 +1,5 @@
-"""Tool-use traces for the ActKV chapter: a **synthetic trace format over real StableToolBench API docs**, built on
+"""Tool-use traces for the project's tool LM (trained by :mod:`agentpost.models.train_tool_lm`; the ActKV chapter
+evaluates on held-out ones): a **synthetic trace format over real StableToolBench API docs**, built on
 the validated loaders of :mod:`agentpost.data.stabletoolbench`.
 
 What is real and what is synthetic (label every display of these traces so):

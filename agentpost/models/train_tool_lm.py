@@ -1,6 +1,7 @@
-"""Train the ActKV chapter's tool LM: WikiText-2 pretraining, then fine-tuning on tool traces, evaluation, receipt.
+"""Train the project's tool LM (ActKV scores its KV cache, Code-Based Skills drives it): WikiText-2 pretraining,
+then fine-tuning on tool traces, evaluation, receipt.
 
-The traces are a **synthetic trace format over real StableToolBench API docs** (:mod:`agentpost.actkv.traces`);
+The traces are a **synthetic trace format over real StableToolBench API docs** (:mod:`agentpost.data.tool_traces`);
 the model definition and the generic training pieces are :mod:`agentpost.models.lm` and
 :mod:`agentpost.models.trainer`.
 Phases (all on CPU, deterministic for a seed and thread count):
@@ -20,7 +21,7 @@ tried and made every metric worse at this budget; it is not part of the script.
 
 Run::
 
-    python -m agentpost.actkv.train_lm             # ~20 min on 2 CPU cores; writes agentpost/models/assets/tool-lm/
+    python -m agentpost.models.train_tool_lm       # ~20 min on 2 CPU cores; writes agentpost/models/assets/tool-lm/
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from agentpost.actkv.traces import SPLIT_GROUPS, TRACE_LABEL, build_traces, tokenize_trace
+from agentpost.data.tool_traces import SPLIT_GROUPS, TRACE_LABEL, build_traces, tokenize_trace
 from agentpost.data import files_read
 from agentpost.data.wikitext2 import read_split, words
 from agentpost.evidence.hashing import sha256_file
@@ -214,7 +215,7 @@ def train(out_dir: Path = DEFAULT_DIR, hp: Hyper = Hyper()) -> dict:
     eval_s = time.time() - t_ev
     receipt = {
         "artifact": "tool-lm: Qwen3-architecture causal LM with GQA, WikiText-2 pretrained, tool-trace fine-tuned",
-        "script": "agentpost/actkv/train_lm.py",
+        "script": "agentpost/models/train_tool_lm.py",
         "command": " ".join([TRAIN_COMMAND] + [
             f"--{k.replace('_', '-')} {v}" for k, v in asdict(hp).items() if v != getattr(Hyper, k)]),
         "trace_format": TRACE_LABEL,
