@@ -158,7 +158,7 @@ def toc(started: list[Chapter]) -> dict:
          "chapters": [{"file": "book/evidence-levels"}, {"file": "book/receipts"}, {"file": f"{GENERATED}/ledger"}]},
         {"caption": "Chapters",
          "chapters": [{"file": f"notebooks/{c.id}", "sections": [{"file": f"{GENERATED}/evidence/{c.id}"}]
-                       + ([{"file": f"{GENERATED}/verdicts/{c.id}"}] if c.comparisons else []) for c in started]},
+                       + ([{"file": f"{GENERATED}/verdicts/{c.id}"}] if c.comparisons else [])} for c in started]},
     ]
     return {"format": "jb-book", "root": "book/intro", "parts": parts}
 
