@@ -23,7 +23,7 @@ from agentpost.errors import UsageError
 from agentpost.evidence.paired_table import is_paired, paired_outcome
 from agentpost.evidence import receipt as rc
 from agentpost.evidence.recording import format_value
-from agentpost.evidence.validate import Report, check_run, gpu_evidence_problems
+from agentpost.evidence.validate import Report, catalogue_profile, check_run, gpu_evidence_problems
 from agentpost.project import config, project_root
 
 LEVELS = ("mechanism", "diagnostic", "gpu-diagnostic", "reproduction")
@@ -51,15 +51,33 @@ class Run:
         return self.receipt.get("kind") != "profile"
 
 
+#: The key of runs whose receipt and folder name no (chapter, profile) of the catalogue.
+UNKNOWN = ("?", "?")
+
+
+def run_identity(report: Report) -> tuple[str, str]:
+    """The (chapter, profile) a run is listed under. A valid run's receipt says it (validation checked both
+    against the catalogue); an invalid run is believed no further than its folder, and only where the folder
+    names a catalogue chapter and profile: a receipt's text never becomes a key, heading or file name."""
+    if not report.problems:
+        return report.receipt["chapter"], report.receipt["profile"]
+    try:
+        parts = report.path.resolve().relative_to(rc.runs_root().resolve()).parts
+    except ValueError:
+        parts = ()
+    if len(parts) >= 2 and catalogue_profile(parts[0], parts[1]):
+        return parts[0], parts[1]
+    return UNKNOWN
+
+
 def group_runs(reports: list[Report]) -> tuple[dict[tuple[str, str], list[Run]], dict[tuple[str, str], list[Run]]]:
-    """(profile runs, ad-hoc runs), each keyed by (chapter, profile); a receipt claiming ad-hoc-ness or not is
+    """(profile runs, ad-hoc runs), each keyed by :func:`run_identity`; a receipt claiming ad-hoc-ness or not is
     only believed when the run validates (an invalid run is listed with the profile runs, never counted)."""
     profile: dict[tuple[str, str], list[Run]] = defaultdict(list)
     adhoc: dict[tuple[str, str], list[Run]] = defaultdict(list)
     for report in reports:
         run = Run.from_report(report)
-        key = (run.receipt.get("chapter"), run.receipt.get("profile"))
-        (adhoc if run.adhoc and not run.problems else profile)[key].append(run)
+        (adhoc if run.adhoc and not run.problems else profile)[run_identity(report)].append(run)
     return dict(profile), dict(adhoc)
 
 
@@ -159,9 +177,11 @@ def claim_status(chapter: Chapter, claim: Claim, tests: dict, runs: dict[tuple[s
             continue
         # A GPU (or reproduction) configuration is also the diagnostic run at a larger scale.
         reached = {"diagnostic"} | ({"gpu-diagnostic"} if on_gpu else set()) | ({level} if level == "reproduction" else set())
+        stale = sorted({s.split(".")[-1] for r in group for s in r.stale})
         for lvl in reached:
             levels[lvl] = True
-            notes[lvl] = f"profile {profile}, seeds {sorted(seeds)}"
+            notes[lvl] = f"profile {profile}, seeds {sorted(seeds)}" + (f", STALE: made with older {', '.join(stale)}"
+                                                                       if stale else "")
         if outcome := _outcome(group, claim.metrics):
             notes["outcome"] = outcome
     if not claim.metrics:

@@ -29,6 +29,7 @@ from pydantic import ValidationError
 
 from agentpost.evidence import receipt as rc
 from agentpost.evidence.environment import GLUE_NAME
+from agentpost.evidence.escape import brief
 from agentpost.evidence.hashing import notebook_source_hash, sha256_bytes, sha256_json
 from agentpost.evidence.recording import SCRAP_MIME, read_scraps, rendering_problem
 from agentpost.project import config
@@ -56,10 +57,20 @@ class Report:
     receipt: dict = field(default_factory=dict)
     problems: list[Problem] = field(default_factory=list)
     stale: list[str] = field(default_factory=list)
+    #: Why the receipt could not be read as a receipt of a catalogue chapter and profile (None when it could).
+    malformed: str | None = None
 
     @property
     def valid(self) -> bool:
         return not self.problems
+
+
+def catalogue_profile(chapter_id, profile) -> bool:
+    """Whether ``profile`` is one of chapter ``chapter_id``'s profiles (both as the catalogue spells them)."""
+    from agentpost.catalogue import chapters
+
+    ids = {c.id: c for c in chapters()}
+    return isinstance(chapter_id, str) and chapter_id in ids and isinstance(profile, str) and profile in ids[chapter_id].profiles
 
 
 def check_run(run_dir: Path) -> Report:
@@ -69,32 +80,44 @@ def check_run(run_dir: Path) -> Report:
     name = run_dir.as_posix()
 
     def bad(field_name: str, message: str) -> None:
-        report.problems.append(Problem(name, field_name, message))
+        report.problems.append(Problem(name, field_name[:80], message))
+
+    def malformed(field_name: str, message: str) -> Report:
+        bad(field_name, message)
+        report.malformed = f"{field_name}: {message}"
+        return report
 
     receipt_path, nb_path = run_dir / rc.RECEIPT_NAME, run_dir / rc.NOTEBOOK_NAME
     if not receipt_path.is_file() or not nb_path.is_file():
         bad("files", f"needs {rc.RECEIPT_NAME} and {rc.NOTEBOOK_NAME}")
         return report
+    if receipt_path.is_symlink() or nb_path.is_symlink() or run_dir.is_symlink():
+        return malformed("files", "a run folder and its files are never symbolic links")
     try:
         raw = rc.load_raw(receipt_path)
-    except ValueError as err:
-        bad(rc.RECEIPT_NAME, f"not JSON: {err}")
-        return report
+    except (ValueError, RecursionError) as err:  # UnicodeDecodeError is a ValueError
+        return malformed(rc.RECEIPT_NAME, f"not UTF-8 JSON: {brief(err, 120)}")
+    except OSError as err:
+        return malformed(rc.RECEIPT_NAME, f"unreadable: {err.strerror or type(err).__name__}")
     report.receipt = raw if isinstance(raw, dict) else {}
     if not isinstance(raw, dict):
-        bad(rc.RECEIPT_NAME, "not a JSON object")
-        return report
+        return malformed(rc.RECEIPT_NAME, "not a JSON object")
     version = raw.get("schema_version")
-    model = rc.MODELS.get(version) if isinstance(version, int) else None
+    model = rc.MODELS.get(version) if isinstance(version, int) and not isinstance(version, bool) else None
     if model is None:
-        bad("schema_version", f"{version!r} is not one of {sorted(rc.MODELS)}; re-run to get a current receipt")
-        return report
+        return malformed("schema_version", f"{brief(version)} is not one of {sorted(rc.MODELS)}; re-run to get a "
+                                           "current receipt")
     try:
         model.model_validate(raw)
     except ValidationError as err:
-        for e in err.errors():
+        errors = err.errors()
+        for e in errors[:10]:
             bad(".".join(map(str, e["loc"])) or "receipt", e["msg"])
+        report.malformed = f"{len(errors)} schema error(s), first: {report.problems[0].field}: {report.problems[0].message}"
         return report
+    if not catalogue_profile(raw["chapter"], raw["profile"]):
+        return malformed("chapter/profile", f"{brief(raw['chapter'])}/{brief(raw['profile'])} is not a chapter and "
+                                            "profile of the catalogue")
     if rc.seal(raw)["receipt_sha256"] != raw["receipt_sha256"]:
         bad("receipt_sha256", "the receipt was edited after sealing")
     nb_bytes = nb_path.read_bytes()

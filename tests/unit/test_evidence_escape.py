@@ -28,6 +28,7 @@ HOSTILE = [
     "<!-- comment --> <div onclick='x'>",
     "```",
     "`",
+    "- item", "+ item", "1. one", "  2) two", "---", "===", "% comment", ":::", "(target)=", "#", "> quote",
 ]
 
 # Only these token types may appear when an escaped string is parsed as a page.
@@ -99,6 +100,7 @@ def test_escape_caps_length_and_survives_non_strings():
     assert escape_md(7) == "7"
     assert escape_md(None) == "None"
     assert escape_md(["a", "<b>"]) == "\\[&#39;a&#39;, &#39;&lt;b&gt;&#39;\\]"
+    assert escape_cell(-0.25) == "-0.25"  # a cell holds no block: numbers read as they are
     escape_md("\ud800").encode("utf-8")  # a lone surrogate no longer breaks writing the page
 
 
