@@ -49,6 +49,17 @@ def _cmd_list(args) -> int:
         for (cid, profile), rs in sorted(adhoc.items()):
             seeds = sorted(r.receipt["seed"] for r in rs)
             print(f"  {cid}/{profile}+overrides: {len(rs)} run(s), seeds {seeds}")
+    return _malformed(runs)
+
+
+def _malformed(runs) -> int:
+    """Exit status 2 and one line naming the malformed receipts, after the command listed everything else."""
+    from agentpost.evidence.levels import malformed_message
+
+    if message := malformed_message(runs):
+        sys.stdout.flush()
+        print(f"agentpost: error: {message}", file=sys.stderr)
+        return 2
     return 0
 
 
@@ -70,7 +81,7 @@ def _cmd_run(args) -> int:
 
 def _cmd_validate(args) -> int:
     from agentpost.evidence import receipt as rc
-    from agentpost.evidence.levels import group_runs, newest_configuration
+    from agentpost.evidence.levels import UNKNOWN, group_runs, newest_configuration
     from agentpost.evidence.validate import check_run, gpu_evidence_problems
 
     paths = [Path(p) for p in args.paths] or [rc.runs_root()]
@@ -89,8 +100,8 @@ def _cmd_validate(args) -> int:
         if r.stale and not r.problems:
             print(f"STALE {r.path.as_posix()}: made with older code ({', '.join(r.stale)} differ from the repository's)")
     runs, _ = group_runs(reports)
-    for (chapter, profile), group in sorted(runs.items(), key=str):
-        if profile == "smoke" or not (isinstance(chapter, str) and isinstance(profile, str)):  # unreadable receipts
+    for (chapter, profile), group in sorted(runs.items()):
+        if profile == "smoke" or (chapter, profile) == UNKNOWN:  # receipts naming no catalogue profile
             continue
         reasons = gpu_evidence_problems([r.receipt for r in newest_configuration(group)])
         print(f"{chapter}/{profile}: " + ("counts as GPU evidence" if not reasons else "not GPU evidence: " + "; ".join(reasons)))
@@ -100,14 +111,16 @@ def _cmd_validate(args) -> int:
 
 def _cmd_ledger(args) -> int:
     from agentpost.evidence.ledger import write_ledger
+    from agentpost.evidence.levels import collect_runs
 
-    rows = write_ledger(Path(args.claims_report) if args.claims_report else None)
+    runs = collect_runs()
+    rows = write_ledger(Path(args.claims_report) if args.claims_report else None, runs)
     counts = {}
     for row in rows:
         counts[row.reached] = counts.get(row.reached, 0) + 1
     print("ledger written to book/generated/ledger.md; claims by level reached: "
           + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())))
-    return 0
+    return _malformed(runs)
 
 
 def _claim_tests(root: Path) -> Path:

@@ -185,16 +185,16 @@ def _swap_in(tmp: Path, out: Path) -> None:
     shutil.rmtree(old, ignore_errors=True)
 
 
-def write_ledger(tests_report: Path | None = None) -> list[ClaimStatus]:
+def write_ledger(tests_report: Path | None = None, runs: dict | None = None) -> list[ClaimStatus]:
     """Regenerate book/generated/ (ledger and evidence pages) and _toc.yml; returns the claim statuses.
 
-    Reads the claims report the test run wrote (``tests_report``, default :data:`levels.CLAIMS_REPORT`). Nothing
-    already there is touched until every page is written.
+    Reads the claims report the test run wrote (``tests_report``, default :data:`levels.CLAIMS_REPORT`) and the
+    ``runs`` (default: :func:`levels.collect_runs`). Nothing already there is touched until every page is written.
     """
     root = project_root()
     out = root / GENERATED
     tests = read_claims_report(tests_report)
-    runs = collect_runs()
+    runs = collect_runs() if runs is None else runs
     rows = ledger_rows(tests, runs)
     started = [c for c in chapters() if c.started]
     out.parent.mkdir(parents=True, exist_ok=True)

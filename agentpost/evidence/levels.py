@@ -37,10 +37,11 @@ class Run:
     receipt: dict
     problems: list = field(default_factory=list)
     stale: list = field(default_factory=list)
+    malformed: str | None = None  # why the receipt is no receipt of the catalogue (Report.malformed)
 
     @classmethod
     def from_report(cls, report: Report) -> "Run":
-        return cls(report.path, report.receipt, report.problems, report.stale)
+        return cls(report.path, report.receipt, report.problems, report.stale, report.malformed)
 
     @property
     def valid_ok(self) -> bool:
@@ -87,6 +88,16 @@ def collect_runs(chapter_id: str | None = None, *, adhoc: bool = False) -> dict[
     root = rc.runs_root() / chapter_id if chapter_id else rc.runs_root()
     profile, ad = group_runs([check_run(d) for d in rc.run_dirs(root)])
     return ad if adhoc else profile
+
+
+def malformed_message(runs: dict[tuple[str, str], list[Run]]) -> str | None:
+    """One line naming the run folders whose receipt could not be read (at most five, then a count), or None."""
+    bad = sorted((r for group in runs.values() for r in group if r.malformed), key=lambda r: r.path)
+    if not bad:
+        return None
+    named = "; ".join(f"{r.path.as_posix()}/{rc.RECEIPT_NAME} ({r.malformed[:100]})" for r in bad[:5])
+    more = f"; and {len(bad) - 5} more" if len(bad) > 5 else ""
+    return f"{len(bad)} malformed receipt(s), listed as invalid and never counted: {named}{more}"
 
 
 def newest_configuration(runs: list[Run]) -> list[Run]:

@@ -96,7 +96,7 @@ def check_run(run_dir: Path) -> Report:
     try:
         raw = rc.load_raw(receipt_path)
     except (ValueError, RecursionError) as err:  # UnicodeDecodeError is a ValueError
-        return malformed(rc.RECEIPT_NAME, f"not UTF-8 JSON: {brief(err, 120)}")
+        return malformed(rc.RECEIPT_NAME, f"not JSON (or not UTF-8): {str(err)[:120]}")
     except OSError as err:
         return malformed(rc.RECEIPT_NAME, f"unreadable: {err.strerror or type(err).__name__}")
     report.receipt = raw if isinstance(raw, dict) else {}

@@ -35,6 +35,7 @@ class Row:
     culprit: str  # the message (stderr, or stdout for validate's findings) must contain it
     setup: Callable[[Path], dict] | None = None  # mutates the project; returns environment overrides
     absent: str | None = None  # a wrong message this row once gave; must not come back
+    writes: bool = False  # the command does its work (the ledger's pages) and then names the culprit
 
 
 def run(*args: str) -> tuple[str, ...]:
@@ -102,6 +103,19 @@ def read_only_runs(project: Path) -> dict:
     (project / "book" / "runs").mkdir(parents=True)
     (project / "book" / "runs").chmod(0o500)
     return {}
+
+
+def stored_receipt(receipt: bytes, where: str = "paired-protocol/smoke/seed-1-x") -> Callable[[Path], dict]:
+    """A run folder under the project's runs root holding ``receipt`` (and an empty notebook), plus a claims
+    report ``<tmp>/claims.json`` for the ledger."""
+    def setup(project: Path) -> dict:
+        folder = project / "book" / "runs" / where
+        folder.mkdir(parents=True)
+        (folder / "receipt.json").write_bytes(receipt)
+        (folder / "notebook.ipynb").write_bytes(NB_JSON)
+        (project.parent / "claims.json").write_text("{}")
+        return {}
+    return setup
 
 
 NB_JSON = json.dumps({"cells": [], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}).encode()
@@ -216,6 +230,21 @@ ROWS = [
     Row("ledger-missing-report", ("ledger", "--claims-report", "/no/such/report.json"), 2, "no claims report"),
     Row("ledger-report-not-json", ("ledger", "--claims-report", "{tmp}/run/receipt.json"), 2, "is not JSON",
         run_folder(b"{oops", None)),
+    # ---- a malformed receipt under the runs root: named (folder and why), everything else still listed
+    Row("list-receipt-empty-object", ("list",), 2, "seed-1-x/receipt.json (schema_version: None", stored_receipt(b"{}")),
+    Row("list-receipt-chapter-a-list", ("list",), 2, "seed-1-x/receipt.json", stored_receipt(
+        b'{"schema_version": 3, "chapter": ["a"]}')),
+    Row("list-receipt-profile-a-number", ("list",), 2, "seed-1-x/receipt.json", stored_receipt(
+        b'{"schema_version": 3, "chapter": "kite", "profile": 7}')),
+    Row("list-receipt-hostile-folder", ("list",), 2, "receipt.json (receipt.json: not JSON", stored_receipt(b"{", "<x>/`y`/seed-1")),
+    Row("validate-receipt-chapter-a-list", ("validate",), 1, "seed-1-x: chapter: Input should be a valid string",
+        stored_receipt(b'{"schema_version": 3, "chapter": ["a"]}')),
+    Row("validate-receipt-profile-a-number", ("validate",), 1, "seed-1-x: profile: Input should be a valid string",
+        stored_receipt(b'{"schema_version": 3, "chapter": "kite", "profile": 7}')),
+    Row("validate-receipt-huge-version", ("validate",), 1, "schema_version: 'xxxxxxxx",
+        stored_receipt(json.dumps({"schema_version": "x" * 10**6}).encode()), absent="x" * 100),
+    Row("ledger-receipt-chapter-a-list", ("ledger", "--claims-report", "{tmp}/claims.json"), 2, "seed-1-x/receipt.json",
+        stored_receipt(b'{"schema_version": 3, "chapter": ["a"]}'), writes=True),
 ]
 
 
@@ -284,7 +313,10 @@ def test_bad_input(row, tmp_path, monkeypatch, capsys):
     assert "Traceback" not in message and "unexpected error" not in message
     if row.code == 2:
         assert len([line for line in err.splitlines() if line.startswith("agentpost")]) <= 1 or "usage:" in err
-    assert tree_state(tmp_path) == before, "nothing may be written"
+    if row.id.startswith("list-"):
+        assert "paired-protocol" in out  # the other chapters and runs are still listed
+    if not row.writes:
+        assert tree_state(tmp_path) == before, "nothing may be written"
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root writes into a read-only folder")
