@@ -15,6 +15,7 @@ from pathlib import Path
 import yaml
 
 from agentpost.catalogue import Chapter, chapters
+from agentpost.errors import UsageError
 from agentpost.evidence import receipt as rc
 from agentpost.evidence.escape import code, escape_cell, escape_md
 from agentpost.evidence.levels import LEVELS, ClaimStatus, Run, collect_runs, ledger_rows, newest_configuration, read_claims_report
@@ -197,11 +198,18 @@ def write_ledger(tests_report: Path | None = None, runs: dict | None = None) -> 
     runs = collect_runs() if runs is None else runs
     rows = ledger_rows(tests, runs)
     started = [c for c in chapters() if c.started]
-    out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    ev_dir = tmp / "evidence"
-    ev_dir.mkdir(parents=True)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(tmp, ignore_errors=True)
+        ev_dir = tmp / "evidence"
+        ev_dir.mkdir(parents=True)
+        for path in (root / "_toc.yml", out):  # the places the swap and the table of contents replace
+            if path.exists() and not os.access(path if path.is_dir() else path.parent, os.W_OK):
+                raise PermissionError(13, "Permission denied", str(path))
+    except OSError as err:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise UsageError(f"cannot write the ledger to {err.filename or out}: {err.strerror or err}") from None
     try:
         paired = paired_rows(r.receipt for k in sorted(runs, key=str) for r in newest_configuration(runs[k])
                             if r.valid_ok and not r.adhoc)

@@ -93,6 +93,36 @@ def run_folder(receipt: bytes | None, nb: bytes | None) -> Callable[[Path], dict
     return setup
 
 
+def data_folder(source_md: Callable[[bytes], bytes] = lambda b: b, test_txt: str = "link") -> Callable[[Path], dict]:
+    """A wikitext-2 folder linked to the shared one, with an edited SOURCE.md and ``test.txt`` a link, a folder,
+    a FIFO or its first 3000 bytes."""
+    def setup(project: Path) -> dict:
+        data = project.parent / "data" / "wikitext-2"
+        data.mkdir(parents=True)
+        for f in ("train.txt", "valid.txt"):
+            (data / f).symlink_to(DATA / "wikitext-2" / f)
+        (data / "SOURCE.md").write_bytes(source_md((DATA / "wikitext-2" / "SOURCE.md").read_bytes()))
+        {"link": lambda p: p.symlink_to(DATA / "wikitext-2" / "test.txt"), "folder": Path.mkdir,
+         "fifo": os.mkfifo, "short": lambda p: p.write_bytes((DATA / "wikitext-2" / "test.txt").read_bytes()[:3000]),
+         }[test_txt](data / "test.txt")
+        return {"AGENTPOST_DATA": str(data.parent)}
+    return setup
+
+
+def profile_link(target: str) -> Callable[[Path], dict]:
+    def setup(project: Path) -> dict:
+        (project / PROFILE / "bad.yaml").symlink_to(target)
+        return {}
+    return setup
+
+
+def _twice(row: bytes) -> Callable[[bytes], bytes]:
+    return lambda b: b.replace(row, row + b"\n" + row, 1)
+
+
+TEST_ROW = b"| test.txt | 1256449 | d790b833ef8cf03a90db7bf1271b7520b83c45ce07ba3c1a9699df81e239eca0 | 6f3fc88e4cd88456ea892971f9f12243e8428624 |"
+
+
 def runs_root_is_a_file(project: Path) -> dict:
     (project / "book").mkdir(exist_ok=True)
     (project / "book" / "runs").write_text("not a folder\n")
@@ -243,6 +273,43 @@ ROWS = [
         stored_receipt(b'{"schema_version": 3, "chapter": "kite", "profile": 7}')),
     Row("validate-receipt-huge-version", ("validate",), 1, "schema_version: 'xxxxxxxx",
         stored_receipt(json.dumps({"schema_version": "x" * 10**6}).encode()), absent="x" * 100),
+    # ---- YAML and numbers (issue 23): YAML 1.2 numbers, no aliases, no duplicate keys, finite values, ASCII seeds
+    Row("profile-seeds-alias-bomb", run("--profile", "bad"), 2, "aliases (*name) are not allowed",
+        profile("seeds: [&a [1, 1, 1, 1, 1, 1, 1, 1], [*a, *a, *a, *a, *a, *a, *a, *a]]\n")),
+    Row("profile-duplicate-key", run("--profile", "bad"), 2, "duplicate key 'seeds'",
+        profile("seeds: [1]\nseeds: [2]\n")),
+    Row("profile-num-gpus-nan", run("--profile", "bad"), 2, "resources.num_gpus must be",
+        profile("seeds: [1]\nresources: {num_gpus: .nan}\n")),
+    Row("profile-value-nan", run("--profile", "bad"), 2, "parameter 'train_fraction' = nan: NaN",
+        profile("seeds: [1]\nparameters: {train_fraction: .nan}\n")),
+    Row("profile-a-link-outside", run("--profile", "bad"), 2, "bad.yaml: not a regular file of the repository",
+        profile_link("/etc/passwd"), absent="root:"),
+    Row("profile-deep-nesting", run("--profile", "bad"), 2, "bad.yaml: invalid YAML: nested more than 50 levels",
+        profile("seeds: " + "[" * 5000 + "]" * 5000 + "\n")),
+    Row("param-nan", run("-p", "train_fraction=.nan"), 2, "parameter 'train_fraction' = nan: NaN"),
+    Row("param-inf", run("-p", "bigram_k_grid=[0.1, .inf]"), 2, "parameter 'bigram_k_grid' = [0.1, inf]: inf is refused"),
+    Row("param-twice", run("-p", "n_boot=10", "-p", "n_boot=20"), 2, "-p n_boot is given more than once"),
+    Row("param-5000-digits", run("-p", "n_boot=" + "9" * 5000), 2, "-p n_boot: the value", absent="9" * 100),
+    Row("param-5000-deep", run("-p", "bigram_k_grid=" + "[" * 5000 + "]" * 5000), 2, "-p bigram_k_grid: the value",
+        absent="[" * 100),
+    Row("seeds-arabic-digits", run("--seeds", "٤٣"), 2, "seeds must be integers, got '٤٣'"),
+    Row("seeds-underscore", run("--seeds", "4_3"), 2, "seeds must be integers, got '4_3'"),
+    Row("seeds-plus", run("--seeds", "+44"), 2, "seeds must be integers, got '+44'"),
+    Row("seeds-10000-one-duplicate", run("--seeds", ",".join(map(str, [*range(10_000), 5]))), 2,
+        "duplicate seeds [5]", absent="9999"),
+    # ---- data files and their SOURCE.md
+    Row("data-source-md-not-utf8", run("--profile", "smoke"), 2, "wikitext-2/SOURCE.md is not UTF-8",
+        data_folder(lambda b: b + b"\xff\xfe")),
+    Row("data-source-md-row-twice", run("--profile", "smoke"), 2, "wikitext-2/SOURCE.md lists test.txt twice",
+        data_folder(_twice(TEST_ROW))),
+    Row("data-file-a-folder", run("--profile", "smoke"), 2, "wikitext-2/test.txt is not a regular file",
+        data_folder(test_txt="folder")),
+    Row("data-file-a-fifo", run("--profile", "smoke"), 2, "wikitext-2/test.txt is not a regular file",
+        data_folder(test_txt="fifo")),
+    Row("data-and-source-md-edited-together", run("--profile", "smoke"), 2, "but the repository pins 1256449 bytes",
+        data_folder(lambda b: b.replace(TEST_ROW, TEST_ROW.replace(b"1256449", b"3000").replace(
+            b"d790b833ef8cf03a90db7bf1271b7520b83c45ce07ba3c1a9699df81e239eca0",
+            hashlib.sha256((DATA / "wikitext-2" / "test.txt").read_bytes()[:3000]).hexdigest().encode())), "short")),
     Row("ledger-receipt-chapter-a-list", ("ledger", "--claims-report", "{tmp}/claims.json"), 2, "seed-1-x/receipt.json",
         stored_receipt(b'{"schema_version": 3, "chapter": ["a"]}'), writes=True),
 ]
