@@ -109,3 +109,18 @@ def test_a_run_outside_the_runs_root_gets_no_link(tmp_path):
 
     assert _download(Run(tmp_path / "seed-1-a", {}), "receipt.json") == "receipt.json"
     assert _download(Run(rc.runs_root() / "kite" / "smoke" / "se`ed", {}), "receipt.json") == "receipt.json"
+
+
+def test_an_unwritable_checkout_is_named_not_an_unexpected_error(tmp_path, monkeypatch):
+    from agentpost.errors import UsageError
+    from agentpost.evidence import ledger
+
+    def refuse(path, text):
+        raise PermissionError(13, "Permission denied", str(path))
+
+    report = tmp_path / "claims.json"
+    report.write_text("{}")
+    monkeypatch.setattr(ledger.rc, "write_atomic", refuse)
+    with pytest.raises(UsageError, match=r"cannot write the ledger to .*ledger.md: Permission denied"):
+        ledger.write_ledger(report, runs={})
+    assert not list((rc.runs_root().parent).glob(".generated.tmp-*"))  # its temporary folder is gone
