@@ -1,7 +1,8 @@
 """The ``agentpost`` command line: list, run, validate, ledger, book, refresh.
 
 Exit codes: 0 success; 1 a run failed or a receipt does not validate; 2 bad input (nothing was written);
-130 interrupted (Ctrl-C). No command shows a Python traceback (AGENTPOST_DEBUG=1 shows it for an unexpected
+130 interrupted (Ctrl-C), 143 stopped by SIGTERM, 129 by SIGHUP (a batch stops its runs, removes their folders and
+prints what finished, whichever the signal). No command shows a Python traceback (AGENTPOST_DEBUG=1 shows it for an unexpected
 error). Commands import what they need when they run, so ``agentpost --help`` starts fast.
 """
 
@@ -15,7 +16,7 @@ from pathlib import Path
 from agentpost.errors import UsageError
 
 EPILOG = """exit codes: 0 success; 1 a run failed or a receipt does not validate; 2 bad input (nothing was
-written); 130 interrupted.
+written); 130 interrupted (Ctrl-C); 143 SIGTERM; 129 SIGHUP.
 environment: AGENTPOST_ROOT (the checkout; default: found from the package), AGENTPOST_DATA (the data
 folder; default: ../shared/data next to the checkout)."""
 
@@ -255,11 +256,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def check_environment() -> None:
-    """A root named by AGENTPOST_ROOT or AGENTPOST_DATA must exist: a typo never falls back silently."""
+    """A root named by AGENTPOST_ROOT or AGENTPOST_DATA must exist: a typo never falls back silently. A relative
+    one is resolved here, once, against the current folder (the run processes and their kernels, which start in
+    ``notebooks/``, inherit the absolute path)."""
     for name in ("AGENTPOST_ROOT", "AGENTPOST_DATA"):
         value = os.environ.get(name)
         if value and not Path(value).is_dir():
             raise UsageError(f"{name}={value} is not a folder (unset it to use the default)")
+        if value:
+            os.environ[name] = str(Path(value).resolve())
     root = os.environ.get("AGENTPOST_ROOT")
     if root and not (Path(root) / "pyproject.toml").is_file():
         raise UsageError(f"AGENTPOST_ROOT={root} is not an agentpost checkout (no pyproject.toml)")
@@ -280,8 +285,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"agentpost: error: {err}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as stop:
-        print(f"agentpost: {str(stop) or 'interrupted'} (Ctrl-C)", file=sys.stderr)
-        return 130
+        import signal
+
+        signum = getattr(stop, "signum", signal.SIGINT)
+        how = "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
+        print(f"agentpost: {str(stop) if hasattr(stop, 'finished') else 'interrupted'} ({how})", file=sys.stderr)
+        return 128 + signum
     except BrokenPipeError:  # `agentpost list | head`: the reader left; stop quietly, as Unix tools do
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
