@@ -61,7 +61,7 @@ def sanitize_notebook(nb: dict) -> dict:
 
 
 #: Scratch folders in $TMPDIR: ``<prefix><pid of the process that made it>-<random>`` (see :func:`reclaim_scratch`).
-SCRATCH_PREFIXES = ("agentpost-run-", "agentpost-kernel-")
+SCRATCH_PREFIXES = ("agentpost-run-", "agentpost-k")  # short: a kernel socket path has at most 107 bytes
 
 
 def reclaim_scratch() -> int:
