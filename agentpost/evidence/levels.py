@@ -23,7 +23,7 @@ from agentpost.errors import UsageError
 from agentpost.evidence.paired_table import is_paired, paired_outcome
 from agentpost.evidence import receipt as rc
 from agentpost.evidence.recording import format_value
-from agentpost.evidence.validate import Report, catalogue_profile, check_run, gpu_evidence_problems
+from agentpost.evidence.validate import Report, catalogue_profile, check_run, copied_seeds, gpu_evidence_problems
 from agentpost.project import config, project_root
 
 LEVELS = ("mechanism", "diagnostic", "gpu-diagnostic", "reproduction")
@@ -181,6 +181,9 @@ def claim_status(chapter: Chapter, claim: Claim, tests: dict, runs: dict[tuple[s
         if len(seeds) < min_seeds or not _has_metrics(group, claim.metrics):
             continue
         receipts = [r.receipt for r in group]
+        if copies := copied_seeds(receipts):
+            notes["diagnostic"] = f"profile {profile}: seeds {copies} recorded identical metrics (copies); never counted"
+            continue
         on_gpu = not gpu_evidence_problems(receipts)
         level = "reproduction" if profile == "reproduction" and on_gpu else "gpu-diagnostic" if on_gpu else "diagnostic"
         if chapter.synthetic or claim.synthetic:

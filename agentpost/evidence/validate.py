@@ -11,7 +11,14 @@ What is recomputed (book/receipts.md has the reader's version):
   unconditionally has its output, the metrics equal its scraps, and the status matches its error outputs;
 * the environment: the device and packages equal what the notebook itself recorded
   (:func:`agentpost.evidence.environment.show_device`), and the timing agrees with papermill's;
-* staleness: whether the code, the notebook and the data are still the repository's (not an error; shown).
+* staleness: whether the code, the notebook and the data are still the repository's (not an error; shown);
+* the chapter: papermill executed ``<chapter>.ipynb``, and the notebook's cells are not another chapter's notebook
+  (a run copied from another chapter never counts);
+* per-cell timing: every executed cell's papermill start and end lie inside the run's execution, in order, each
+  duration is its end minus its start, and together they fit in the run's duration.
+
+Across the seeds of one configuration, :func:`copied_seeds` flags seeds whose recorded metrics are identical (a
+seed cloned as another); such a group never counts as evidence (:mod:`agentpost.evidence.levels`).
 
 GPU evidence (:func:`gpu_evidence_problems`) also needs facts a CPU run cannot produce: a CUDA torch build in the
 packages and a CUDA event timing recorded by the notebook.
@@ -129,6 +136,7 @@ def check_run(run_dir: Path) -> Report:
         bad("notebook", f"unreadable: {err}")
         return report
     _check_keys(raw, run_dir, bad)
+    _check_chapter(raw, nb, bad)
     _check_parameters(raw, nb, bad)
     _check_notebook(raw, nb, bad)
     _check_environment(raw, nb, bad)
@@ -149,6 +157,22 @@ def _check_keys(r: dict, run_dir: Path, bad) -> None:
         bad("folder", f"the run is in {actual.as_posix()} but its receipt belongs in {expected.as_posix()}")
     if (r["kind"] == "ad-hoc") != bool(r["overrides"]):
         bad("kind", f"{r['kind']!r} but the run has {len(r['overrides'])} override(s); a run with overrides is ad-hoc")
+
+
+def _check_chapter(r: dict, nb, bad) -> None:
+    from agentpost.catalogue import chapters
+
+    executed = str(nb.metadata.get("papermill", {}).get("input_path") or "")
+    if executed != f"{r['chapter']}.ipynb":
+        bad("chapter", f"papermill executed {brief(executed)}, not {r['chapter']}.ipynb")
+    for other in chapters():
+        if other.id != r["chapter"] and other.started:
+            try:
+                theirs = notebook_source_hash(rc.source_notebook(other.id))
+            except (OSError, ValueError):
+                continue
+            if theirs == r["hashes"]["source_notebook"]:
+                bad("chapter", f"the notebook's cells are chapter {other.id}'s notebook, not {r['chapter']}'s")
 
 
 def _check_parameters(r: dict, nb, bad) -> None:
@@ -232,6 +256,36 @@ def _check_notebook(r: dict, nb, bad) -> None:
         elif sha256_json(scraps[key]) != sha256_json(r["metrics"][key]):
             bad(f"metrics.{key}", "differs between receipt and output notebook")
     _check_timing(r, pm, bad)
+    _check_cell_timing(nb, pm, bad)
+
+
+def _check_cell_timing(nb, pm: dict, bad) -> None:
+    """Each executed cell's papermill times lie inside the run's, in order, and add up (to a second)."""
+    try:
+        pm_start, pm_end = datetime.fromisoformat(pm["start_time"]), datetime.fromisoformat(pm["end_time"])
+    except (KeyError, TypeError, ValueError):
+        return  # _check_timing names it
+    previous_end, total = pm_start, 0.0
+    for i, cell in enumerate(nb.cells):
+        meta = cell.get("metadata", {}).get("papermill", {})
+        if not meta.get("start_time") or not meta.get("end_time"):
+            continue
+        try:
+            start, end = datetime.fromisoformat(meta["start_time"]), datetime.fromisoformat(meta["end_time"])
+            duration = float(meta.get("duration") or 0.0)
+        except (TypeError, ValueError):
+            bad(f"notebook.cells[{i}].timing", "unreadable papermill start_time/end_time/duration")
+            return
+        if (start - previous_end).total_seconds() < -1.0 or (end - pm_end).total_seconds() > 1.0 or end < start:
+            bad(f"notebook.cells[{i}].timing", "the cell's papermill times are not inside the run's execution, in order")
+            return
+        if abs((end - start).total_seconds() - duration) > 1.0:
+            bad(f"notebook.cells[{i}].timing", f"duration {brief(duration)} s but start and end are "
+                                              f"{(end - start).total_seconds():.0f} s apart")
+            return
+        previous_end, total = end, total + duration
+    if total - float(pm.get("duration") or 0.0) > 1.0 + 0.01 * total:
+        bad("timing", f"the cells' durations add up to {total:.0f} s, more than the run's {pm.get('duration')} s")
 
 
 def _check_timing(r: dict, pm: dict, bad) -> None:
@@ -288,6 +342,17 @@ def stale_inputs(r: dict) -> list[str]:
     return stale
 
 
+def copied_seeds(receipts: list[dict]) -> list[list[int]]:
+    """Groups of seeds whose recorded metrics (all but the environment facts) are identical: one run copied under
+    other seeds. A stochastic method at two seeds never records the same per-item results."""
+    by_metrics: dict[str, list[int]] = {}
+    for r in receipts:
+        metrics = {k: v for k, v in (r.get("metrics") or {}).items() if k != GLUE_NAME}
+        if metrics:
+            by_metrics.setdefault(sha256_json(metrics), []).append(r.get("seed"))
+    return [sorted(seeds) for seeds in by_metrics.values() if len(seeds) > 1]
+
+
 def gpu_device_allowed(device: dict) -> bool:
     return device.get("kind") == "cuda" and any(a.lower() in str(device.get("name", "")).lower() for a in config()["gpu_allow"])
 
@@ -316,6 +381,8 @@ def gpu_evidence_problems(receipts: list[dict]) -> list[str]:
         reasons.append(f"seeds {failed} failed")
     if len({rc.configuration_key(r) for r in receipts}) > 1:
         reasons.append("runs differ in more than the seed (notebook, parameters, code or data)")
+    for seeds in copied_seeds(receipts):
+        reasons.append(f"seeds {seeds} recorded identical metrics (copies of one run)")
     seeds = {r["seed"] for r in receipts if r["status"] == "ok"}
     if len(seeds) < config()["min_seeds"]:
         reasons.append(f"{len(seeds)} successful seeds; at least {config()['min_seeds']} are needed")

@@ -29,7 +29,7 @@ def _receipt(seed: int, **over) -> dict:
             "timing": {"start": "2026-01-01T00:00:00+00:00", "end": "2026-01-01T00:00:10+00:00", "wall_s": 10.0},
             "peak_memory": {"host_rss_bytes": 2**20}, "device": {"kind": "cpu", "name": DOWNLOAD + RAW},
             "metrics": {"test_nll_sst_nats": SCRIPT, "test_nll_dense_flops_nats": DOWNLOAD + PIPE,
-                        "paired_sst_vs_dense_flops": PAIRED, SCRIPT: RAW}, **over}
+                        "paired_sst_vs_dense_flops": PAIRED, SCRIPT: RAW, "loss": seed / 100}, **over}
 
 
 def _runs():
