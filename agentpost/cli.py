@@ -1,7 +1,8 @@
 """The ``agentpost`` command line: list, run, validate, ledger, book, refresh.
 
 Exit codes: 0 success; 1 a run failed or a receipt does not validate; 2 bad input (nothing was written);
-130 interrupted (Ctrl-C). No command shows a Python traceback (AGENTPOST_DEBUG=1 shows it for an unexpected
+130 interrupted (Ctrl-C), 143 stopped by SIGTERM, 129 by SIGHUP (a batch stops its runs, removes their folders and
+prints what finished, whichever the signal). No command shows a Python traceback (AGENTPOST_DEBUG=1 shows it for an unexpected
 error). Commands import what they need when they run, so ``agentpost --help`` starts fast.
 """
 
@@ -15,7 +16,7 @@ from pathlib import Path
 from agentpost.errors import UsageError
 
 EPILOG = """exit codes: 0 success; 1 a run failed or a receipt does not validate; 2 bad input (nothing was
-written); 130 interrupted.
+written); 130 interrupted (Ctrl-C); 143 SIGTERM; 129 SIGHUP.
 environment: AGENTPOST_ROOT (the checkout; default: found from the package), AGENTPOST_DATA (the data
 folder; default: ../shared/data next to the checkout)."""
 
@@ -49,6 +50,17 @@ def _cmd_list(args) -> int:
         for (cid, profile), rs in sorted(adhoc.items()):
             seeds = sorted(r.receipt["seed"] for r in rs)
             print(f"  {cid}/{profile}+overrides: {len(rs)} run(s), seeds {seeds}")
+    return _malformed(runs)
+
+
+def _malformed(runs) -> int:
+    """Exit status 2 and one line naming the malformed receipts, after the command listed everything else."""
+    from agentpost.evidence.levels import malformed_message
+
+    if message := malformed_message(runs):
+        sys.stdout.flush()
+        print(f"agentpost: error: {message}", file=sys.stderr)
+        return 2
     return 0
 
 
@@ -100,7 +112,7 @@ def _say_invalid(invalid: list[str]) -> None:
 
 def _cmd_validate(args) -> int:
     from agentpost.evidence import receipt as rc
-    from agentpost.evidence.levels import group_runs, newest_configuration
+    from agentpost.evidence.levels import UNKNOWN, group_runs, newest_configuration
     from agentpost.evidence.validate import check_run, gpu_evidence_problems
 
     paths = [Path(p) for p in args.paths] or [rc.runs_root()]
@@ -119,8 +131,8 @@ def _cmd_validate(args) -> int:
         if r.stale and not r.problems:
             print(f"STALE {r.path.as_posix()}: made with older code ({', '.join(r.stale)} differ from the repository's)")
     runs, _ = group_runs(reports)
-    for (chapter, profile), group in sorted(runs.items(), key=str):
-        if profile == "smoke" or not (isinstance(chapter, str) and isinstance(profile, str)):  # unreadable receipts
+    for (chapter, profile), group in sorted(runs.items()):
+        if profile == "smoke" or (chapter, profile) == UNKNOWN:  # receipts naming no catalogue profile
             continue
         reasons = gpu_evidence_problems([r.receipt for r in newest_configuration(group)])
         print(f"{chapter}/{profile}: " + ("counts as GPU evidence" if not reasons else "not GPU evidence: " + "; ".join(reasons)))
@@ -130,14 +142,16 @@ def _cmd_validate(args) -> int:
 
 def _cmd_ledger(args) -> int:
     from agentpost.evidence.ledger import write_ledger
+    from agentpost.evidence.levels import collect_runs
 
-    rows = write_ledger(Path(args.claims_report) if args.claims_report else None)
+    runs = collect_runs()
+    rows = write_ledger(Path(args.claims_report) if args.claims_report else None, runs)
     counts = {}
     for row in rows:
         counts[row.reached] = counts.get(row.reached, 0) + 1
     print("ledger written to book/generated/ledger.md; claims by level reached: "
           + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())))
-    return 0
+    return _malformed(runs)
 
 
 def _num(x, spec: str = "+.4g") -> str:
@@ -343,11 +357,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def check_environment() -> None:
-    """A root named by AGENTPOST_ROOT or AGENTPOST_DATA must exist: a typo never falls back silently."""
+    """A root named by AGENTPOST_ROOT or AGENTPOST_DATA must exist: a typo never falls back silently. A relative
+    one is resolved here, once, against the current folder (the run processes and their kernels, which start in
+    ``notebooks/``, inherit the absolute path)."""
     for name in ("AGENTPOST_ROOT", "AGENTPOST_DATA"):
         value = os.environ.get(name)
         if value and not Path(value).is_dir():
             raise UsageError(f"{name}={value} is not a folder (unset it to use the default)")
+        if value:
+            os.environ[name] = str(Path(value).resolve())
     root = os.environ.get("AGENTPOST_ROOT")
     if root and not (Path(root) / "pyproject.toml").is_file():
         raise UsageError(f"AGENTPOST_ROOT={root} is not an agentpost checkout (no pyproject.toml)")
@@ -368,8 +386,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"agentpost: error: {err}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as stop:
-        print(f"agentpost: {str(stop) or 'interrupted'} (Ctrl-C)", file=sys.stderr)
-        return 130
+        import signal
+
+        signum = getattr(stop, "signum", signal.SIGINT)
+        how = "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
+        print(f"agentpost: {str(stop) if hasattr(stop, 'finished') else 'interrupted'} ({how})", file=sys.stderr)
+        return 128 + signum
     except BrokenPipeError:  # `agentpost list | head`: the reader left; stop quietly, as Unix tools do
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())

@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from agentpost.evidence.comparisons import Computed
+from agentpost.evidence.escape import escape_cell
 
 #: Colour of each verdict class in the forest plot (None: not computed).
 CLASS_COLOURS = {"matters": "tab:green", "detectable": "tab:olive", "equivalent": "tab:blue",
@@ -22,7 +23,8 @@ def _num(x, spec: str = "+.3g") -> str:
 
 
 def comparison_table(computed: list[Computed]) -> list[str]:
-    """Markdown table of the declared comparisons (catalogue text and numbers only: nothing from a run's strings)."""
+    """Markdown table of the declared comparisons (catalogue text and numbers; a problem's text, which may quote a
+    run's item ids, is escaped)."""
     lines = ["| comparison | claim | b − a | estimate | 95% CI | MDE@80% | margin | seeds × items | verdict |",
              "|---|---|---|---|---|---|---|---|---|"]
     for c in computed:
@@ -30,7 +32,7 @@ def comparison_table(computed: list[Computed]) -> list[str]:
         ci = f"[{_num(r.get('ci_low'))}, {_num(r.get('ci_high'))}]" if r else "—"
         shape = f"{r['n_seeds']} × {r['n_items']} {c.comparison.items}" if r else f"{len(c.seeds)} seeds"
         star = " ★" if c.comparison.headline else ""
-        verdict = f"**{c.verdict}**" if r else f"not computed: {c.problem}"
+        verdict = f"**{c.verdict}**" if r else f"not computed: {escape_cell(c.problem)}"
         lines.append(f"| `{c.comparison.id}`{star} | {c.comparison.claim} | {c.comparison.b} − {c.comparison.a} "
                      f"| {_num(r.get('estimate'))} | {ci} | {_num(r.get('mde'), '.3g')} "
                      f"| {c.comparison.min_effect:.3g} | {shape} | {verdict} |")
@@ -99,7 +101,7 @@ def headline_section(computed_all: dict[tuple[str, str], list[Computed]]) -> str
              "evidence pages). *Conclusive* means a difference that matters or practical equivalence.", "",
              "| chapter | profile | comparison | claim | verdict | conclusive | seeds |", "|---|---|---|---|---|---|---|"]
     for (chapter_id, profile), c in rows:
-        verdict = c.verdict if c.result else f"not computed: {c.problem}"
+        verdict = c.verdict if c.result else f"not computed: {escape_cell(c.problem)}"
         lines.append(f"| {chapter_id} | {profile} | `{c.comparison.id}` | {c.comparison.claim} | {verdict} "
                      f"| {'yes' if c.conclusive else 'no'} | {len(c.seeds)} |")
     return "\n".join(lines) + "\n"

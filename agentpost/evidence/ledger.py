@@ -8,13 +8,16 @@ missing claims report, a broken receipt) never removes the pages already there.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 from pathlib import Path
 
 import yaml
 
 from agentpost.catalogue import Chapter, chapters
+from agentpost.errors import UsageError
 from agentpost.evidence import receipt as rc
+from agentpost.evidence.escape import code, escape_cell, escape_md
 from agentpost.evidence.levels import LEVELS, ClaimStatus, Run, collect_runs, ledger_rows, newest_configuration, read_claims_report
 from agentpost.evidence.comparison_pages import comparisons_section, headline_section
 from agentpost.evidence.comparisons import compute, compute_all
@@ -65,7 +68,7 @@ def ledger_page(rows: list[ClaimStatus]) -> str:
         lines += [" · ".join(meta), "", "| claim | level reached | how it was derived |", "|---|---|---|"]
         for row in (r for r in rows if r.chapter.id == ch.id):
             text = row.claim.text.replace("|", "\\|")
-            how = "<br>".join(f"{k}: {v}" for k, v in row.notes.items())
+            how = "<br>".join(f"{k}: {escape_cell(v, limit=400)}" for k, v in row.notes.items())
             lines.append(f"| **{row.claim.id}** {text} | **{row.reached}** | {how} |")
         lines += ["", "**Gaps toward a reproduction**", ""] + [f"- {g}" for g in ch.gaps] + [""]
     return "\n".join(lines)
@@ -87,7 +90,7 @@ def _figure(chapter_id: str, profile: str, group: list[Run], names: list[str], o
         ax.scatter(range(len(values)), values, color="tab:blue")
         ax.axhline(sum(values) / len(values), color="tab:gray", lw=1)
         ax.set_xticks(range(len(values)), [str(r.receipt["seed"]) for r in group], fontsize=7)
-        ax.set_title(name, fontsize=7)
+        ax.set_title(name, fontsize=7, parse_math=False)  # a metric's name is text, never mathtext
         ax.tick_params(labelsize=7)
     fig.suptitle(f"{chapter_id} · {profile}: recorded metrics per seed (line: mean)", fontsize=8)
     fig.tight_layout()
@@ -99,8 +102,25 @@ def _figure(chapter_id: str, profile: str, group: list[Run], names: list[str], o
 
 def _validity(run: Run) -> str:
     if run.problems:
-        return "NO: " + "; ".join(p.field for p in run.problems)
+        fields = sorted({p.field for p in run.problems})
+        return "NO: " + escape_cell("; ".join(fields[:5]) + (f"; {len(fields) - 5} more" if len(fields) > 5 else ""))
     return "yes" + (f" (stale: made with older {', '.join(s.split('.')[-1] for s in run.stale)})" if run.stale else "")
+
+
+#: A run folder's path as it may appear inside a ``{download}`` role (run_folder's own alphabet).
+_SAFE_PATH = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/-]*")
+
+
+def _download(run: Run, name: str) -> str:
+    """A ``{download}`` link to one file of a run, or the plain word when the run's path is not one
+    :func:`receipt.run_folder` could have made (a link never leaves the runs root)."""
+    try:
+        rel = run.path.resolve().relative_to((project_root() / "book").resolve()).as_posix()
+    except ValueError:
+        return escape_cell(name)
+    if not _SAFE_PATH.fullmatch(rel) or ".." in rel.split("/") or run.path.is_symlink():
+        return escape_cell(name)
+    return f"{{download}}`{name} <../../{rel}/{name}>`"
 
 
 def evidence_page(chapter: Chapter, runs, rows: list[ClaimStatus], out_dir: Path, computed: dict | None = None) -> str:
@@ -110,37 +130,36 @@ def evidence_page(chapter: Chapter, runs, rows: list[ClaimStatus], out_dir: Path
     lines += ["| claim | level reached | notes |", "|---|---|---|"]
     for row in rows:
         if row.chapter.id == chapter.id:
-            notes = "; ".join(f"{k}: {v}" for k, v in row.notes.items())
+            notes = "; ".join(f"{k}: {escape_cell(v, limit=400)}" for k, v in row.notes.items())
             lines.append(f"| {row.claim.id} | **{row.reached}** | {notes} |")
     lines.append("")
-    profiles = sorted(p for (c, p) in runs if c == chapter.id)
+    profiles = sorted(p for (c, p) in runs if c == chapter.id)  # catalogue profiles only (levels.run_identity)
     if not profiles:
         lines.append("No runs yet: `agentpost run " + chapter.id + " --profile smoke`.")
     for profile in profiles:
         all_runs = runs[(chapter.id, profile)]
         group = sorted(newest_configuration(all_runs), key=lambda r: r.receipt["seed"])
         invalid = sum(1 for r in all_runs if r.problems)
-        lines += [f"## Profile `{profile}`", "",
+        lines += [f"## Profile {code(profile)}", "",
                   f"Newest configuration: {len(group)} run(s); {len(all_runs)} run(s) on record"
                   + (f", {invalid} of them invalid (never counted; `agentpost validate` names why)." if invalid else "."), "",
                   "| seed | status | valid | wall s | peak RSS MiB | device | receipt | notebook |",
                   "|---|---|---|---|---|---|---|---|"]
         for r in group:
-            rel = Path("../..") / r.path.relative_to(project_root() / "book")
             rec = r.receipt
             lines.append(
-                f"| {rec['seed']} | {rec['status']} | {_validity(r)} "
+                f"| {rec['seed']} | {escape_cell(rec['status'])} | {_validity(r)} "
                 f"| {rec['timing']['wall_s']:.1f} | {rec['peak_memory']['host_rss_bytes'] / 2**20:.0f} "
-                f"| {rec['device']['kind']}: {rec['device']['name']} "
-                f"| {{download}}`receipt.json <{rel.as_posix()}/receipt.json>` "
-                f"| {{download}}`notebook.ipynb <{rel.as_posix()}/notebook.ipynb>` |")
+                f"| {escape_cell(str(rec['device'].get('kind')) + ': ' + str(rec['device'].get('name')))} "
+                f"| {_download(r, rc.RECEIPT_NAME)} | {_download(r, rc.NOTEBOOK_NAME)} |")
         names = _scalar_metrics(group)
         if names:
             lines += ["", "### Recorded metrics across seeds", "",
                       "| metric | " + " | ".join(f"seed {r.receipt['seed']}" for r in group) + " |",
                       "|---|" + "---|" * len(group)]
             for n in names:
-                lines.append(f"| `{n}` | " + " | ".join(format_value(r.receipt["metrics"].get(n, "")) for r in group) + " |")
+                lines.append(f"| {code(n)} | " + " | ".join(escape_cell(format_value(r.receipt["metrics"].get(n, "")))
+                                                         for r in group) + " |")
             fig = _figure(chapter.id, profile, group, names, out_dir)
             if fig:
                 lines += ["", f"![recorded metrics per seed]({fig})"]
@@ -172,25 +191,25 @@ def _swap_in(tmp: Path, out: Path) -> None:
     shutil.rmtree(old, ignore_errors=True)
 
 
-def write_ledger(tests_report: Path | None = None) -> list[ClaimStatus]:
+def write_ledger(tests_report: Path | None = None, runs: dict | None = None) -> list[ClaimStatus]:
     """Regenerate book/generated/ (ledger and evidence pages) and _toc.yml; returns the claim statuses.
 
-    Reads the claims report the test run wrote (``tests_report``, default :data:`levels.CLAIMS_REPORT`). Nothing
-    already there is touched until every page is written.
+    Reads the claims report the test run wrote (``tests_report``, default :data:`levels.CLAIMS_REPORT`) and the
+    ``runs`` (default: :func:`levels.collect_runs`). Nothing already there is touched until every page is written.
     """
     root = project_root()
     out = root / GENERATED
     tests = read_claims_report(tests_report)
-    runs = collect_runs()
+    runs = collect_runs() if runs is None else runs
     computed = compute_all(runs)
     rows = ledger_rows(tests, runs, computed)
     started = [c for c in chapters() if c.started]
-    out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    ev_dir = tmp / "evidence"
-    ev_dir.mkdir(parents=True)
     try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(tmp, ignore_errors=True)
+        ev_dir = tmp / "evidence"
+        ev_dir.mkdir(parents=True)
         paired = paired_rows(r.receipt for k in sorted(runs, key=str) for r in newest_configuration(runs[k])
                             if r.valid_ok and not r.adhoc)
         headline = headline_section(computed)
@@ -201,10 +220,13 @@ def write_ledger(tests_report: Path | None = None) -> list[ClaimStatus]:
             if ch.comparisons:  # every profile, so prose citing a profile's verdict always finds its glued value
                 write_verdicts(ch, {p: computed.get((ch.id, p)) or compute(ch.id, p, runs) for p in ch.profiles},
                                tmp / "verdicts")
+        _swap_in(tmp, out)
+        header = "# Generated by `agentpost ledger` from the catalogue; do not edit.\n"
+        rc.write_atomic(root / "_toc.yml", header + yaml.safe_dump(toc(started), sort_keys=False))
+    except OSError as err:  # a read-only checkout, a full disk: named, and the pages already there stay
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise UsageError(f"cannot write the ledger to {err.filename or out}: {err.strerror or err}") from None
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    _swap_in(tmp, out)
-    header = "# Generated by `agentpost ledger` from the catalogue; do not edit.\n"
-    rc.write_atomic(root / "_toc.yml", header + yaml.safe_dump(toc(started), sort_keys=False))
     return rows

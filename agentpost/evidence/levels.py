@@ -23,7 +23,7 @@ from agentpost.errors import UsageError
 from agentpost.evidence.paired_table import is_paired, paired_outcome
 from agentpost.evidence import receipt as rc
 from agentpost.evidence.recording import format_value
-from agentpost.evidence.validate import Report, check_run, gpu_evidence_problems
+from agentpost.evidence.validate import Report, catalogue_profile, check_run, copied_seeds, gpu_evidence_problems
 from agentpost.project import config, project_root
 
 LEVELS = ("mechanism", "diagnostic", "gpu-diagnostic", "reproduction")
@@ -37,10 +37,11 @@ class Run:
     receipt: dict
     problems: list = field(default_factory=list)
     stale: list = field(default_factory=list)
+    malformed: str | None = None  # why the receipt is no receipt of the catalogue (Report.malformed)
 
     @classmethod
     def from_report(cls, report: Report) -> "Run":
-        return cls(report.path, report.receipt, report.problems, report.stale)
+        return cls(report.path, report.receipt, report.problems, report.stale, report.malformed)
 
     @property
     def valid_ok(self) -> bool:
@@ -51,15 +52,33 @@ class Run:
         return self.receipt.get("kind") != "profile"
 
 
+#: The key of runs whose receipt and folder name no (chapter, profile) of the catalogue.
+UNKNOWN = ("?", "?")
+
+
+def run_identity(report: Report) -> tuple[str, str]:
+    """The (chapter, profile) a run is listed under. A valid run's receipt says it (validation checked both
+    against the catalogue); an invalid run is believed no further than its folder, and only where the folder
+    names a catalogue chapter and profile: a receipt's text never becomes a key, heading or file name."""
+    if not report.problems:
+        return report.receipt["chapter"], report.receipt["profile"]
+    try:
+        parts = report.path.resolve().relative_to(rc.runs_root().resolve()).parts
+    except ValueError:
+        parts = ()
+    if len(parts) >= 2 and catalogue_profile(parts[0], parts[1]):
+        return parts[0], parts[1]
+    return UNKNOWN
+
+
 def group_runs(reports: list[Report]) -> tuple[dict[tuple[str, str], list[Run]], dict[tuple[str, str], list[Run]]]:
-    """(profile runs, ad-hoc runs), each keyed by (chapter, profile); a receipt claiming ad-hoc-ness or not is
+    """(profile runs, ad-hoc runs), each keyed by :func:`run_identity`; a receipt claiming ad-hoc-ness or not is
     only believed when the run validates (an invalid run is listed with the profile runs, never counted)."""
     profile: dict[tuple[str, str], list[Run]] = defaultdict(list)
     adhoc: dict[tuple[str, str], list[Run]] = defaultdict(list)
     for report in reports:
         run = Run.from_report(report)
-        key = (run.receipt.get("chapter"), run.receipt.get("profile"))
-        (adhoc if run.adhoc and not run.problems else profile)[key].append(run)
+        (adhoc if run.adhoc and not run.problems else profile)[run_identity(report)].append(run)
     return dict(profile), dict(adhoc)
 
 
@@ -69,6 +88,16 @@ def collect_runs(chapter_id: str | None = None, *, adhoc: bool = False) -> dict[
     root = rc.runs_root() / chapter_id if chapter_id else rc.runs_root()
     profile, ad = group_runs([check_run(d) for d in rc.run_dirs(root)])
     return ad if adhoc else profile
+
+
+def malformed_message(runs: dict[tuple[str, str], list[Run]]) -> str | None:
+    """One line naming the run folders whose receipt could not be read (at most five, then a count), or None."""
+    bad = sorted((r for group in runs.values() for r in group if r.malformed), key=lambda r: r.path)
+    if not bad:
+        return None
+    named = "; ".join(f"{r.path.as_posix()}/{rc.RECEIPT_NAME} ({r.malformed[:100]})" for r in bad[:5])
+    more = f"; and {len(bad) - 5} more" if len(bad) > 5 else ""
+    return f"{len(bad)} malformed receipt(s), listed as invalid and never counted: {named}{more}"
 
 
 def newest_configuration(runs: list[Run]) -> list[Run]:
@@ -170,6 +199,9 @@ def claim_status(chapter: Chapter, claim: Claim, tests: dict, runs: dict[tuple[s
         if len(seeds) < min_seeds or not _has_metrics(group, claim.metrics):
             continue
         receipts = [r.receipt for r in group]
+        if copies := copied_seeds(receipts):
+            notes["diagnostic"] = f"profile {profile}: seeds {copies} recorded identical metrics (copies); never counted"
+            continue
         on_gpu = not gpu_evidence_problems(receipts)
         level = "reproduction" if profile == "reproduction" and on_gpu else "gpu-diagnostic" if on_gpu else "diagnostic"
         if chapter.synthetic or claim.synthetic:
@@ -177,9 +209,11 @@ def claim_status(chapter: Chapter, claim: Claim, tests: dict, runs: dict[tuple[s
             continue
         # A GPU (or reproduction) configuration is also the diagnostic run at a larger scale.
         reached = {"diagnostic"} | ({"gpu-diagnostic"} if on_gpu else set()) | ({level} if level == "reproduction" else set())
+        stale = sorted({s.split(".")[-1] for r in group for s in r.stale})
         for lvl in reached:
             levels[lvl] = True
-            notes[lvl] = f"profile {profile}, seeds {sorted(seeds)}"
+            notes[lvl] = f"profile {profile}, seeds {sorted(seeds)}" + (f", STALE: made with older {', '.join(stale)}"
+                                                                       if stale else "")
         if outcome := _declared_outcome(mine) or _outcome(group, claim.metrics):
             notes["outcome"] = outcome
     if not claim.metrics:

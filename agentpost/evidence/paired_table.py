@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Iterable
 
+from agentpost.evidence.escape import code, escape_cell
+
 #: Keys a recorded comparison must carry to be rendered (the v2 ``PairedResult.as_dict()``).
 REQUIRED = ("name_a", "name_b", "estimate", "ci_low", "ci_high", "mde", "min_effect", "verdict",
             "variance_components", "n_seeds", "n_items", "design")
@@ -23,7 +25,9 @@ def is_paired(value) -> bool:
 
 
 def _num(x, spec: str = ".3g") -> str:
-    return "—" if x is None else x if isinstance(x, str) else format(x, spec)
+    if x is None:
+        return "—"
+    return format(x, spec) if isinstance(x, (int, float)) and not isinstance(x, bool) else str(x)
 
 
 def paired_outcome(value: dict) -> str:
@@ -47,11 +51,14 @@ def paired_rows(receipts: Iterable[dict]) -> str:
         return ""
     lines = [HEADER, "|" + "---|" * HEADER.count(" | ") + "---|"]
     for chapter, profile, name, seed, v in sorted(rows, key=lambda r: tuple(map(str, r[:4]))):
-        vc = v["variance_components"]
+        vc = v["variance_components"] if isinstance(v["variance_components"], dict) else {}
         shape = f"{v['n_seeds']} × {v['n_items']} {'shared' if v['design'] == 'crossed' else 'nested'}"
-        lines.append(
-            f"| {chapter} | {profile} | {seed} | `{name}` ({v['name_b']} − {v['name_a']}) "
-            f"| {_num(v['estimate'], '+.4g')} | [{_num(v['ci_low'], '+.4g')}, {_num(v['ci_high'], '+.4g')}] "
-            f"| {_num(v['mde'])} | {_num(v['min_effect'])} | **{v['verdict']}** "
-            f"| {_num(vc.get('seed'))} / {_num(vc.get('item'))} / {_num(vc.get('residual'))} | {shape} |")
+        cells = [chapter, profile, seed, None, _num(v["estimate"], "+.4g"), None, _num(v["mde"]),
+                 _num(v["min_effect"]), None, f"{_num(vc.get('seed'))} / {_num(vc.get('item'))} / {_num(vc.get('residual'))}",
+                 shape]
+        text = [escape_cell(c) for c in cells]  # everything recorded by a run is text, never markup
+        text[3] = f"{code(name)} ({escape_cell(v['name_b'])} − {escape_cell(v['name_a'])})"
+        text[5] = f"[{escape_cell(_num(v['ci_low'], '+.4g'))}, {escape_cell(_num(v['ci_high'], '+.4g'))}]"
+        text[8] = f"**{escape_cell(v['verdict'])}**"
+        lines.append("| " + " | ".join(text) + " |")
     return "\n".join(lines) + "\n"

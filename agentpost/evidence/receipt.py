@@ -181,11 +181,18 @@ def run_folder(chapter: str, profile: str, kind: str, seed: int, key: str) -> Pa
 
 
 def run_dirs(root: Path | None = None) -> list[Path]:
-    """Every finished run folder under ``root`` (default: the runs root), profile and ad-hoc runs alike."""
+    """Every finished run folder under ``root`` (default: the runs root), profile and ad-hoc runs alike; a folder
+    that is a symbolic link is listed (not followed further), so that validation names it instead of skipping it."""
     root = runs_root() if root is None else Path(root)
     if (root / RECEIPT_NAME).is_file():
         return [root]
-    return sorted(p.parent for p in root.rglob(RECEIPT_NAME) if not p.parent.name.startswith(".tmp-")) if root.is_dir() else []
+    found = []
+    for folder, subfolders, files in os.walk(root) if root.is_dir() else ():
+        if RECEIPT_NAME in files and not Path(folder).name.startswith(".tmp-"):
+            found.append(Path(folder))
+        found += [Path(folder, s) for s in subfolders
+                  if os.path.islink(os.path.join(folder, s)) and os.path.isfile(os.path.join(folder, s, RECEIPT_NAME))]
+    return sorted(found)
 
 
 # ---------------------------------------------------------------- construction, seal, files

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from agentpost.evidence.escape import code, escape_cell
 from agentpost.evidence.recording import format_value
 
 SPREAD_SUBDIR = Path("book") / "spread"
@@ -29,7 +30,7 @@ def spread_section(root: Path, chapter: str) -> list[str]:
     paths = ["committed", *spread["paths"]]
     lines = ["", "## Machine-to-machine spread", "",
              f"The notebook at its smoke defaults (seed {spread['seed']}) re-run under other CPU kernel paths "
-             f"({', '.join(f'`{p}`' for p in paths[1:])}) next to the committed run. A comparison whose estimate moves "
+             f"({', '.join(code(p) for p in paths[1:])}) next to the committed run. A comparison whose estimate moves "
              "by more than its MDE between kernel paths has a verdict that depends on the machine.", ""]
     if not spread["paired"]:
         lines.append("No comparison recorded with `glue_paired` in this measurement.")
@@ -37,8 +38,9 @@ def spread_section(root: Path, chapter: str) -> list[str]:
     lines += ["| comparison | " + " | ".join(f"estimate ({p})" for p in paths) + " | spread | MDE | spread < MDE | verdicts |",
               "|---|" + "---|" * len(paths) + "---|---|---|---|"]
     for row in spread["paired"]:
-        est = " | ".join(format_value(row["estimate"].get(p, "")) if p in row["estimate"] else "" for p in paths)
-        verdicts = ", ".join(sorted(set(row["verdicts"].values())))
-        lines.append(f"| `{row['comparison']}` | {est} | {format_value(row['estimate_spread'])} | "
-                     f"{format_value(row['mde'])} | {'yes' if row['spread_below_mde'] else '**no**'} | {verdicts} |")
+        est = " | ".join(escape_cell(format_value(row["estimate"][p])) if p in row["estimate"] else " " for p in paths)
+        verdicts = ", ".join(sorted(set(map(str, row["verdicts"].values()))))
+        lines.append(f"| {code(row['comparison'])} | {est} | {escape_cell(format_value(row['estimate_spread']))} | "
+                     f"{escape_cell(format_value(row['mde']))} | {'yes' if row['spread_below_mde'] else '**no**'} "
+                     f"| {escape_cell(verdicts)} |")
     return lines

@@ -13,7 +13,14 @@ What is recomputed (book/receipts.md has the reader's version):
   device is recorded);
 * the environment: the device and packages equal what the notebook itself recorded
   (:func:`agentpost.evidence.environment.show_device`), and the timing agrees with papermill's;
-* staleness: whether the code, the notebook and the data are still the repository's (not an error; shown).
+* staleness: whether the code, the notebook and the data are still the repository's (not an error; shown);
+* the chapter: papermill executed ``<chapter>.ipynb``, and the notebook's cells are not another chapter's notebook
+  (a run copied from another chapter never counts);
+* per-cell timing: every executed cell's papermill start and end lie inside the run's execution, in order, each
+  duration is its end minus its start, and together they fit in the run's duration.
+
+Across the seeds of one configuration, :func:`copied_seeds` flags seeds whose recorded metrics are identical (a
+seed cloned as another); such a group never counts as evidence (:mod:`agentpost.evidence.levels`).
 
 GPU evidence (:func:`gpu_evidence_problems`) also needs facts a CPU run cannot produce: a CUDA torch build in the
 packages and a CUDA event timing recorded by the notebook.
@@ -31,6 +38,7 @@ from pydantic import ValidationError
 
 from agentpost.evidence import receipt as rc
 from agentpost.evidence.environment import GLUE_NAME
+from agentpost.evidence.escape import brief
 from agentpost.evidence.hashing import notebook_source_hash, sha256_bytes, sha256_json
 from agentpost.evidence.recording import SCRAP_MIME, read_scraps, rendering_problem
 from agentpost.project import config
@@ -58,10 +66,20 @@ class Report:
     receipt: dict = field(default_factory=dict)
     problems: list[Problem] = field(default_factory=list)
     stale: list[str] = field(default_factory=list)
+    #: Why the receipt could not be read as a receipt of a catalogue chapter and profile (None when it could).
+    malformed: str | None = None
 
     @property
     def valid(self) -> bool:
         return not self.problems
+
+
+def catalogue_profile(chapter_id, profile) -> bool:
+    """Whether ``profile`` is one of chapter ``chapter_id``'s profiles (both as the catalogue spells them)."""
+    from agentpost.catalogue import chapters
+
+    ids = {c.id: c for c in chapters()}
+    return isinstance(chapter_id, str) and chapter_id in ids and isinstance(profile, str) and profile in ids[chapter_id].profiles
 
 
 def check_run(run_dir: Path) -> Report:
@@ -71,32 +89,44 @@ def check_run(run_dir: Path) -> Report:
     name = run_dir.as_posix()
 
     def bad(field_name: str, message: str) -> None:
-        report.problems.append(Problem(name, field_name, message))
+        report.problems.append(Problem(name, field_name[:80], message))
+
+    def malformed(field_name: str, message: str) -> Report:
+        bad(field_name, message)
+        report.malformed = f"{field_name}: {message}"
+        return report
 
     receipt_path, nb_path = run_dir / rc.RECEIPT_NAME, run_dir / rc.NOTEBOOK_NAME
     if not receipt_path.is_file() or not nb_path.is_file():
         bad("files", f"needs {rc.RECEIPT_NAME} and {rc.NOTEBOOK_NAME}")
         return report
+    if receipt_path.is_symlink() or nb_path.is_symlink() or run_dir.is_symlink():
+        return malformed("files", "a run folder and its files are never symbolic links")
     try:
         raw = rc.load_raw(receipt_path)
-    except ValueError as err:
-        bad(rc.RECEIPT_NAME, f"not JSON: {err}")
-        return report
+    except (ValueError, RecursionError) as err:  # UnicodeDecodeError is a ValueError
+        return malformed(rc.RECEIPT_NAME, f"not JSON (or not UTF-8): {str(err)[:120]}")
+    except OSError as err:
+        return malformed(rc.RECEIPT_NAME, f"unreadable: {err.strerror or type(err).__name__}")
     report.receipt = raw if isinstance(raw, dict) else {}
     if not isinstance(raw, dict):
-        bad(rc.RECEIPT_NAME, "not a JSON object")
-        return report
+        return malformed(rc.RECEIPT_NAME, "not a JSON object")
     version = raw.get("schema_version")
-    model = rc.MODELS.get(version) if isinstance(version, int) else None
+    model = rc.MODELS.get(version) if isinstance(version, int) and not isinstance(version, bool) else None
     if model is None:
-        bad("schema_version", f"{version!r} is not one of {sorted(rc.MODELS)}; re-run to get a current receipt")
-        return report
+        return malformed("schema_version", f"{brief(version)} is not one of {sorted(rc.MODELS)}; re-run to get a "
+                                           "current receipt")
     try:
         model.model_validate(raw)
     except ValidationError as err:
-        for e in err.errors():
+        errors = err.errors()
+        for e in errors[:10]:
             bad(".".join(map(str, e["loc"])) or "receipt", e["msg"])
+        report.malformed = f"{len(errors)} schema error(s), first: {report.problems[0].field}: {report.problems[0].message}"
         return report
+    if not catalogue_profile(raw["chapter"], raw["profile"]):
+        return malformed("chapter/profile", f"{brief(raw['chapter'])}/{brief(raw['profile'])} is not a chapter and "
+                                            "profile of the catalogue")
     if rc.seal(raw)["receipt_sha256"] != raw["receipt_sha256"]:
         bad("receipt_sha256", "the receipt was edited after sealing")
     nb_bytes = nb_path.read_bytes()
@@ -108,6 +138,7 @@ def check_run(run_dir: Path) -> Report:
         bad("notebook", f"unreadable: {err}")
         return report
     _check_keys(raw, run_dir, bad)
+    _check_chapter(raw, nb, bad)
     _check_parameters(raw, nb, bad)
     _check_notebook(raw, nb, bad)
     _check_environment(raw, nb, bad)
@@ -128,6 +159,22 @@ def _check_keys(r: dict, run_dir: Path, bad) -> None:
         bad("folder", f"the run is in {actual.as_posix()} but its receipt belongs in {expected.as_posix()}")
     if (r["kind"] == "ad-hoc") != bool(r["overrides"]):
         bad("kind", f"{r['kind']!r} but the run has {len(r['overrides'])} override(s); a run with overrides is ad-hoc")
+
+
+def _check_chapter(r: dict, nb, bad) -> None:
+    from agentpost.catalogue import chapters
+
+    executed = str(nb.metadata.get("papermill", {}).get("input_path") or "")
+    if executed != f"{r['chapter']}.ipynb":
+        bad("chapter", f"papermill executed {brief(executed)}, not {r['chapter']}.ipynb")
+    for other in chapters():
+        if other.id != r["chapter"] and other.started:
+            try:
+                theirs = notebook_source_hash(rc.source_notebook(other.id))
+            except (OSError, ValueError):
+                continue
+            if theirs == r["hashes"]["source_notebook"]:
+                bad("chapter", f"the notebook's cells are chapter {other.id}'s notebook, not {r['chapter']}'s")
 
 
 def _check_parameters(r: dict, nb, bad) -> None:
@@ -238,6 +285,36 @@ def _check_notebook(r: dict, nb, bad) -> None:
         elif sha256_json(scraps[key]) != sha256_json(r["metrics"][key]):
             bad(f"metrics.{key}", "differs between receipt and output notebook")
     _check_timing(r, pm, bad)
+    _check_cell_timing(nb, pm, bad)
+
+
+def _check_cell_timing(nb, pm: dict, bad) -> None:
+    """Each executed cell's papermill times lie inside the run's, in order, and add up (to a second)."""
+    try:
+        pm_start, pm_end = datetime.fromisoformat(pm["start_time"]), datetime.fromisoformat(pm["end_time"])
+    except (KeyError, TypeError, ValueError):
+        return  # _check_timing names it
+    previous_end, total = pm_start, 0.0
+    for i, cell in enumerate(nb.cells):
+        meta = cell.get("metadata", {}).get("papermill", {})
+        if not meta.get("start_time") or not meta.get("end_time"):
+            continue
+        try:
+            start, end = datetime.fromisoformat(meta["start_time"]), datetime.fromisoformat(meta["end_time"])
+            duration = float(meta.get("duration") or 0.0)
+        except (TypeError, ValueError):
+            bad(f"notebook.cells[{i}].timing", "unreadable papermill start_time/end_time/duration")
+            return
+        if (start - previous_end).total_seconds() < -1.0 or (end - pm_end).total_seconds() > 1.0 or end < start:
+            bad(f"notebook.cells[{i}].timing", "the cell's papermill times are not inside the run's execution, in order")
+            return
+        if abs((end - start).total_seconds() - duration) > 1.0:
+            bad(f"notebook.cells[{i}].timing", f"duration {brief(duration)} s but start and end are "
+                                              f"{(end - start).total_seconds():.0f} s apart")
+            return
+        previous_end, total = end, total + duration
+    if total - float(pm.get("duration") or 0.0) > 1.0 + 0.01 * total:
+        bad("timing", f"the cells' durations add up to {total:.0f} s, more than the run's {pm.get('duration')} s")
 
 
 def _check_timing(r: dict, pm: dict, bad) -> None:
@@ -293,6 +370,17 @@ def stale_inputs(r: dict) -> list[str]:
     return stale
 
 
+def copied_seeds(receipts: list[dict]) -> list[list[int]]:
+    """Groups of seeds whose recorded metrics (all but the environment facts) are identical: one run copied under
+    other seeds. A stochastic method at two seeds never records the same per-item results."""
+    by_metrics: dict[str, list[int]] = {}
+    for r in receipts:
+        metrics = {k: v for k, v in (r.get("metrics") or {}).items() if k != GLUE_NAME}
+        if metrics:
+            by_metrics.setdefault(sha256_json(metrics), []).append(r.get("seed"))
+    return [sorted(seeds) for seeds in by_metrics.values() if len(seeds) > 1]
+
+
 def gpu_device_allowed(device: dict) -> bool:
     return device.get("kind") == "cuda" and any(a.lower() in str(device.get("name", "")).lower() for a in config()["gpu_allow"])
 
@@ -321,6 +409,8 @@ def gpu_evidence_problems(receipts: list[dict]) -> list[str]:
         reasons.append(f"seeds {failed} failed")
     if len({rc.configuration_key(r) for r in receipts}) > 1:
         reasons.append("runs differ in more than the seed (notebook, parameters, code or data)")
+    for seeds in copied_seeds(receipts):
+        reasons.append(f"seeds {seeds} recorded identical metrics (copies of one run)")
     seeds = {r["seed"] for r in receipts if r["status"] == "ok"}
     if len(seeds) < config()["min_seeds"]:
         reasons.append(f"{len(seeds)} successful seeds; at least {config()['min_seeds']} are needed")

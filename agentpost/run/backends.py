@@ -79,13 +79,29 @@ def _interrupt(signum, frame):
     raise KeyboardInterrupt
 
 
+def _stop_with_parent() -> None:
+    """Have the kernel send this process SIGTERM when its parent dies (a ``kill -9`` of the batch), so a run never
+    outlives its batch and commits later (Linux ``prctl(PR_SET_PDEATHSIG)``; elsewhere nothing)."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return
+    if os.getppid() == 1:  # the parent died before the request took effect
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
 def _child(index: int, spec: RunSpec, messages) -> None:
     """One run in its own process; every outcome goes back through ``messages`` as ``(kind, index, payload)``.
 
     The terminal's Ctrl-C reaches the whole process group: the child ignores it and lets the parent decide; the
     parent's SIGTERM ends the run (papermill's kernel with it) and removes its temporary folder."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)  # a closed terminal: the parent decides, as for Ctrl-C
     signal.signal(signal.SIGTERM, _interrupt)
+    _stop_with_parent()
     try:
         from agentpost.project import skip_slow_optional_imports
 
@@ -143,7 +159,8 @@ class LocalBackend:
     @staticmethod
     def _stop(running: dict) -> None:
         """End the runs still running (each ends its kernel and removes its temporary folder), then reap them."""
-        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut the clean-up short
+        stops = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+        previous = {s: signal.signal(s, signal.SIG_IGN) for s in stops}  # a second stop must not cut the clean-up short
         try:
             for process in running.values():
                 if process.is_alive():
@@ -154,7 +171,8 @@ class LocalBackend:
                     process.kill()
                     process.join()
         finally:
-            signal.signal(signal.SIGINT, previous)
+            for s, handler in previous.items():
+                signal.signal(s, handler)
 
 
 def _lost(spec: RunSpec, why: str):

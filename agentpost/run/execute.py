@@ -60,6 +60,29 @@ def sanitize_notebook(nb: dict) -> dict:
     return json.loads(desensitize_text(json.dumps(nb)))
 
 
+#: Scratch folders in $TMPDIR: ``<prefix><pid of the process that made it>-<random>`` (see :func:`reclaim_scratch`).
+SCRATCH_PREFIXES = ("agentpost-run-", "agentpost-k")  # short: a kernel socket path has at most 107 bytes
+
+
+def reclaim_scratch() -> int:
+    """Remove the scratch folders in $TMPDIR of this user whose process is gone (a kill -9, a lost terminal);
+    returns how many."""
+    removed = 0
+    for prefix in SCRATCH_PREFIXES:
+        for path in Path(tempfile.gettempdir()).glob(f"{prefix}*-*"):
+            pid = path.name[len(prefix):].split("-")[0]
+            try:
+                if not pid.isdigit() or path.is_symlink() or path.stat().st_uid != os.getuid():
+                    continue
+                os.kill(int(pid), 0)
+            except ProcessLookupError:  # its process is gone
+                shutil.rmtree(path, ignore_errors=True)
+                removed += 1
+            except OSError:  # alive under another user, or unreadable: not ours to judge
+                continue
+    return removed
+
+
 #: ``on_cell(cells_done, cells_total)``, called after each cell papermill executes.
 CellCallback = Callable[[int, int], None]
 
@@ -89,7 +112,7 @@ def execute_papermill(source: Path, output: Path, *, parameters: dict | None = N
 
     The kernel's sockets are files in a private temporary folder (one per execution, so concurrent runs never
     share a socket path; removed afterwards even when the kernel was killed)."""
-    with tempfile.TemporaryDirectory(prefix="agentpost-kernel-") as sockets:
+    with tempfile.TemporaryDirectory(prefix=f"{SCRATCH_PREFIXES[1]}{os.getpid()}-") as sockets:
         transport = Config({"KernelManager": {"transport": "ipc", "ip": os.path.join(sockets, "kernel")}})
         papermill.execute_notebook(
             str(source), str(output), parameters=parameters, kernel_name="python3", cwd=str(source.parent),
@@ -131,7 +154,7 @@ def produce(spec: RunSpec, backend: str = "local", *, check_inputs: bool = False
         if differ:
             raise InputsDiffer(f"{spec.chapter} seed {spec.seed}: this worker's {', '.join(differ)} differ from the "
                                "planned run's; run the same checkout and data on every node")
-    with tempfile.TemporaryDirectory(prefix="agentpost-run-") as scratch:
+    with tempfile.TemporaryDirectory(prefix=f"{SCRATCH_PREFIXES[0]}{os.getpid()}-") as scratch:
         out_nb = Path(scratch) / rc.NOTEBOOK_NAME
         started = datetime.now(timezone.utc)
         t0 = time.perf_counter()

@@ -25,7 +25,9 @@ Planning reads each chapter notebook once and hashes every input once; the run k
 from __future__ import annotations
 
 import ast
+import math
 import re
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,6 +38,7 @@ from agentpost.catalogue import Chapter, chapter as get_chapter
 from agentpost.data.registry import DATASETS, DataChecksumError, DataMissingError, data_file
 from agentpost.errors import UsageError
 from agentpost.evidence import receipt as rc
+from agentpost.evidence.escape import brief
 
 PROFILE_KEYS = {"seeds", "parameters", "description", "timeout_s", "resources", "max_retries"}
 #: Per-run resources a profile may ask for, and their defaults.
@@ -48,6 +51,93 @@ _RANGE = re.compile(r"\(range:\s*(?P<low>[^()]*?)\s*\.\.\s*(?P<high>[^()]*?)\s*\
 _CHOICES = re.compile(r"\(choices:\s*(?P<choices>[^()]*?)\s*\)")
 
 __all__ = ["RunSpec", "UsageError", "plan_runs", "profile_parameters"]
+
+
+class StrictLoader(yaml.SafeLoader):
+    """YAML for profiles and ``-p`` values: the YAML 1.2 core schema's numbers and booleans (``1e-1`` is a float,
+    ``4_3``, ``0b1``, ``1:20`` and ``yes`` are strings), no duplicate keys, no aliases (an alias bomb expands to
+    gigabytes), and a bounded nesting depth."""
+
+    MAX_DEPTH = 50
+
+    def compose_node(self, parent, index):
+        if self.check_event(yaml.AliasEvent):
+            event = self.peek_event()
+            raise yaml.composer.ComposerError(None, None, "aliases (*name) are not allowed", event.start_mark)
+        self._depth = getattr(self, "_depth", 0) + 1
+        try:
+            if self._depth > self.MAX_DEPTH:
+                raise yaml.composer.ComposerError(None, None, f"nested more than {self.MAX_DEPTH} levels deep",
+                                                  self.peek_event().start_mark)
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+    def construct_mapping(self, node, deep=False):
+        seen = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            if isinstance(key, (str, int, float, bool)) and key in seen:
+                raise yaml.constructor.ConstructorError(None, None, f"duplicate key {brief(key)}", key_node.start_mark)
+            seen.add(key) if isinstance(key, (str, int, float, bool)) else None
+        return super().construct_mapping(node, deep)
+
+
+StrictLoader.yaml_implicit_resolvers = {
+    first: [(tag, rx) for tag, rx in resolvers if tag not in ("tag:yaml.org,2002:int", "tag:yaml.org,2002:float",
+                                                               "tag:yaml.org,2002:bool")]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}
+StrictLoader.add_implicit_resolver("tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"),
+                                   list("tTfF"))
+StrictLoader.add_implicit_resolver("tag:yaml.org,2002:int", re.compile(r"^(?:[-+]?[0-9]+|0o[0-7]+|0x[0-9a-fA-F]+)$"),
+                                   list("-+0123456789"))
+StrictLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^(?:[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"),
+    list("-+0123456789."))
+
+
+def _yaml_int(loader, node):
+    text = loader.construct_scalar(node)
+    if len(text) > 100:
+        raise yaml.constructor.ConstructorError(None, None, f"an integer of {len(text)} digits", node.start_mark)
+    return int(text, 0) if text.startswith(("0o", "0x")) else int(text)
+
+
+StrictLoader.add_constructor("tag:yaml.org,2002:int", _yaml_int)
+
+
+def load_yaml(text: str):
+    """``text`` read by :class:`StrictLoader`; raises ``yaml.YAMLError`` (with a short message) on any problem."""
+    try:
+        return yaml.load(text, Loader=StrictLoader)  # noqa: S506 - a SafeLoader subclass
+    except RecursionError:
+        raise yaml.YAMLError("nested too deeply") from None
+
+
+def _yaml_problem(err: yaml.YAMLError) -> str:
+    mark = getattr(err, "problem_mark", None)
+    problem = getattr(err, "problem", None) or str(err)
+    return f"{problem[:120]}" + (f" (line {mark.line + 1}, column {mark.column + 1})" if mark else "")
+
+
+def _floats(value: Any):
+    """Every float in ``value`` (elements and mapping values, at any depth)."""
+    if isinstance(value, float):
+        yield value
+    elif isinstance(value, (list, tuple, dict)):
+        for v in value.values() if isinstance(value, dict) else value:
+            yield from _floats(v)
+
+
+def non_finite_problem(value: Any, declared: "Declared | None") -> str | None:
+    """Why ``value`` holds a NaN or an infinity its declaration does not name (a bound written ``inf``), or None."""
+    for x in _floats(value):
+        if x != x:
+            return "NaN is never a parameter value"
+        if math.isinf(x) and not (declared is not None and x in (declared.low, declared.high)):
+            return f"{x} is refused unless the parameter's declared range has the bound {x} (e.g. range: 0..inf)"
+    return None
 
 
 @dataclass(frozen=True)
@@ -142,8 +232,10 @@ class Declared:
                 if not isinstance(item, str) or item not in self.choices:
                     return f"{item!r} is not one of the {self}"
             elif isinstance(item, (int, float)) and not isinstance(item, bool):
+                if item != item:
+                    return f"NaN is outside its {self}"
                 if (self.low is not None and item < self.low) or (self.high is not None and item > self.high):
-                    return f"{item!r} is outside its {self}"
+                    return f"{brief(item)} is outside its {self}"
         return None
 
 
@@ -151,7 +243,7 @@ def _bound(text: str, name: str) -> float | None:
     if not text:
         return None
     try:
-        number = ast.literal_eval(text.replace("_", ""))
+        number = float(text) if text.strip().lstrip("+-") == "inf" else ast.literal_eval(text.replace("_", ""))
     except (ValueError, SyntaxError):
         number = None
     if not isinstance(number, (int, float)) or isinstance(number, bool):
@@ -248,10 +340,12 @@ def check_parameters(chapter: Chapter, parameters: dict, *, source: str, default
         default = defaults[key]
         if not _type_ok(value, default):
             like = f"{type(default).__name__} of {type(default[0]).__name__}" if isinstance(default, list) and default else type(default).__name__
-            raise UsageError(f"{source}: parameter {key!r} must be {like} like its default {default!r}, "
-                             f"got {type(value).__name__} {value!r}")
+            raise UsageError(f"{source}: parameter {key!r} must be {like} like its default {brief(default)}, "
+                             f"got {type(value).__name__} {brief(value)}")
+        if why := non_finite_problem(value, declared.get(key)):
+            raise UsageError(f"{source}: parameter {key!r} = {brief(value)}: {why}")
         if key in declared and (why := declared[key].problem(value)):
-            raise UsageError(f"{source}: parameter {key!r} = {value!r}: {why}")
+            raise UsageError(f"{source}: parameter {key!r} = {brief(value)}: {why}")
         checked[key] = _element_promoted(value, default)
     return checked
 
@@ -265,51 +359,53 @@ def load_profile(chapter: Chapter, profile: str) -> dict:
         raise UsageError(f"{chapter.id}: {profile!r} {what}; known profiles in params/{chapter.id}/: {', '.join(known) or 'none'}")
     path = chapter.profile_path(profile)
     where = f"params/{chapter.id}/{path.name}"
+    if path.is_symlink() or not path.is_file():
+        raise UsageError(f"{where}: not a regular file of the repository (a profile is never a link or a device)")
     try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+        raw = load_yaml(path.read_text(encoding="utf-8"))
     except UnicodeDecodeError as err:
         raise UsageError(f"{where}: not UTF-8 text (byte {err.start}: {err.reason})") from None
     except yaml.YAMLError as err:
-        raise UsageError(f"{where}: invalid YAML: {' '.join(str(err).split())}") from None
+        raise UsageError(f"{where}: invalid YAML: {' '.join(_yaml_problem(err).split())}") from None
     except OSError as err:
         raise UsageError(f"{where}: cannot be read: {err.strerror}") from None
     raw = {} if raw is None else raw
     if not isinstance(raw, dict):
-        raise UsageError(f"{where}: must be a YAML mapping with keys {sorted(PROFILE_KEYS)}, got {type(raw).__name__} {str(raw)[:80]!r}")
+        raise UsageError(f"{where}: must be a YAML mapping with keys {sorted(PROFILE_KEYS)}, got a {type(raw).__name__}")
     unknown = set(map(str, raw)) - PROFILE_KEYS
     if unknown:
-        raise UsageError(f"{where}: unknown profile keys {sorted(unknown)} (allowed: {sorted(PROFILE_KEYS)})")
+        raise UsageError(f"{where}: unknown profile keys {brief(sorted(unknown), 200)} (allowed: {sorted(PROFILE_KEYS)})")
     if not isinstance(raw.get("parameters") or {}, dict):
         raise UsageError(f"{where}: `parameters:` must be a mapping of name: value, got a {type(raw['parameters']).__name__}")
     timeout = raw.get("timeout_s")
     if timeout is not None and (not isinstance(timeout, int) or isinstance(timeout, bool) or timeout < 1):
-        raise UsageError(f"{where}: `timeout_s:` must be a positive number of seconds (an integer), got {timeout!r}")
+        raise UsageError(f"{where}: `timeout_s:` must be a positive number of seconds (an integer), got {brief(timeout)}")
     placement(raw, where)
     return raw
 
 
 def _number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def placement(raw: dict, source: str) -> tuple[dict, int]:
     """A profile's per-run ``resources`` (defaults filled in) and ``max_retries``, checked."""
     resources = raw.get("resources", {})
     if not isinstance(resources, dict):
-        raise UsageError(f"{source}: resources must be a mapping like {{num_cpus: 1, num_gpus: 0.5}}, got {resources!r}")
-    unknown = sorted(set(resources) - set(RESOURCE_DEFAULTS))
+        raise UsageError(f"{source}: resources must be a mapping like {{num_cpus: 1, num_gpus: 0.5}}, got {brief(resources)}")
+    unknown = sorted(map(str, set(resources) - set(RESOURCE_DEFAULTS)))
     if unknown:
-        raise UsageError(f"{source}: unknown resources {unknown} (allowed: {sorted(RESOURCE_DEFAULTS)})")
+        raise UsageError(f"{source}: unknown resources {brief(unknown, 200)} (allowed: {sorted(RESOURCE_DEFAULTS)})")
     resources = {**RESOURCE_DEFAULTS, **resources}
     cpus, gpus = resources["num_cpus"], resources["num_gpus"]
     if not _number(cpus) or cpus <= 0:
-        raise UsageError(f"{source}: resources.num_cpus must be a number > 0, got {cpus!r}")
+        raise UsageError(f"{source}: resources.num_cpus must be a number > 0, got {brief(cpus)}")
     if not _number(gpus) or gpus < 0 or (gpus > 1 and gpus != int(gpus)):
         raise UsageError(f"{source}: resources.num_gpus must be a whole number >= 0 or a fraction below 1 "
-                         f"(several runs share one GPU), got {gpus!r}")
+                         f"(several runs share one GPU), got {brief(gpus)}")
     retries = raw.get("max_retries", DEFAULT_MAX_RETRIES)
     if not isinstance(retries, int) or isinstance(retries, bool) or not 0 <= retries <= 10:
-        raise UsageError(f"{source}: max_retries must be an integer from 0 to 10, got {retries!r}")
+        raise UsageError(f"{source}: max_retries must be an integer from 0 to 10, got {brief(retries)}")
     return resources, retries
 
 
@@ -319,12 +415,14 @@ def parse_overrides(pairs: list[str]) -> dict:
     for pair in pairs:
         key, _, value = pair.partition("=")
         if not _ or not key.strip():
-            raise UsageError(f"-p expects KEY=VALUE, got {pair!r}")
+            raise UsageError(f"-p expects KEY=VALUE, got {brief(pair)}")
+        if key.strip() in out:
+            raise UsageError(f"-p {key.strip()[:60]} is given more than once; give each parameter once")
         try:
-            out[key.strip()] = yaml.safe_load(value)
+            out[key.strip()] = load_yaml(value)
         except yaml.YAMLError as err:
-            problem = getattr(err, "problem", None) or "not valid YAML"
-            raise UsageError(f"-p {key.strip()}: the value {value!r} does not parse ({problem})") from None
+            problem = getattr(err, "problem", None) or str(err) or "not valid YAML"
+            raise UsageError(f"-p {key.strip()[:60]}: the value {brief(value)} does not parse ({problem[:120]})") from None
     return out
 
 
@@ -332,23 +430,25 @@ def parse_seeds(text: str | None, profile_seeds: Any, source: str) -> list[int]:
     """The seed list (``--seeds 42,43`` or the profile's ``seeds:``): distinct integers in :data:`SEED_RANGE`."""
     seeds = profile_seeds if text is None else [s for s in text.split(",") if s.strip()]
     if seeds is not None and not isinstance(seeds, list):
-        raise UsageError(f"{source}: seeds must be a list of integers, got {type(seeds).__name__} {seeds!r}")
+        raise UsageError(f"{source}: seeds must be a list of integers, got {type(seeds).__name__} {brief(seeds)}")
     if not seeds:
         raise UsageError(f"{source}: the seed list is empty; give --seeds 42,43,44 or `seeds:` in the profile")
     parsed = []
-    for s in seeds:
-        try:
-            parsed.append(int(s.strip()) if isinstance(s, str) else s)
-        except ValueError:
-            parsed.append(None)
+    for i, s in enumerate(seeds):
+        if isinstance(s, str):  # ASCII digits only: not '٤٣', '4_3', '+44' or '1e3'
+            parsed.append(int(s.strip()) if re.fullmatch(r"-?[0-9]{1,20}", s.strip()) else None)
+        else:
+            parsed.append(s)
         if not isinstance(parsed[-1], int) or isinstance(parsed[-1], bool):
-            raise UsageError(f"{source}: seeds must be integers, got {s!r} in {seeds!r}")
+            raise UsageError(f"{source}: seeds must be integers, got {brief(s)} (seed {i + 1} of {len(seeds)}; "
+                             "written in the digits 0-9)")
     low, high = SEED_RANGE
     outside = [s for s in parsed if not low <= s <= high]
     if outside:
-        raise UsageError(f"{source}: seeds {outside} are outside the seed range {low}..{high}")
+        raise UsageError(f"{source}: seeds {brief(outside, 120)} are outside the seed range {low}..{high}")
     if len(set(parsed)) != len(parsed):
-        raise UsageError(f"{source}: duplicate seeds in {parsed}")
+        twice = sorted(s for s, n in Counter(parsed).items() if n > 1)
+        raise UsageError(f"{source}: duplicate seeds {brief(twice, 120)} (each seed is one replication; give it once)")
     return parsed
 
 

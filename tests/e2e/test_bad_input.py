@@ -35,6 +35,7 @@ class Row:
     culprit: str  # the message (stderr, or stdout for validate's findings) must contain it
     setup: Callable[[Path], dict] | None = None  # mutates the project; returns environment overrides
     absent: str | None = None  # a wrong message this row once gave; must not come back
+    writes: bool = False  # the command does its work (the ledger's pages) and then names the culprit
 
 
 def run(*args: str) -> tuple[str, ...]:
@@ -92,6 +93,36 @@ def run_folder(receipt: bytes | None, nb: bytes | None) -> Callable[[Path], dict
     return setup
 
 
+def data_folder(source_md: Callable[[bytes], bytes] = lambda b: b, test_txt: str = "link") -> Callable[[Path], dict]:
+    """A wikitext-2 folder linked to the shared one, with an edited SOURCE.md and ``test.txt`` a link, a folder,
+    a FIFO or its first 3000 bytes."""
+    def setup(project: Path) -> dict:
+        data = project.parent / "data" / "wikitext-2"
+        data.mkdir(parents=True)
+        for f in ("train.txt", "valid.txt"):
+            (data / f).symlink_to(DATA / "wikitext-2" / f)
+        (data / "SOURCE.md").write_bytes(source_md((DATA / "wikitext-2" / "SOURCE.md").read_bytes()))
+        {"link": lambda p: p.symlink_to(DATA / "wikitext-2" / "test.txt"), "folder": Path.mkdir,
+         "fifo": os.mkfifo, "short": lambda p: p.write_bytes((DATA / "wikitext-2" / "test.txt").read_bytes()[:3000]),
+         }[test_txt](data / "test.txt")
+        return {"AGENTPOST_DATA": str(data.parent)}
+    return setup
+
+
+def profile_link(target: str) -> Callable[[Path], dict]:
+    def setup(project: Path) -> dict:
+        (project / PROFILE / "bad.yaml").symlink_to(target)
+        return {}
+    return setup
+
+
+def _twice(row: bytes) -> Callable[[bytes], bytes]:
+    return lambda b: b.replace(row, row + b"\n" + row, 1)
+
+
+TEST_ROW = b"| test.txt | 1256449 | d790b833ef8cf03a90db7bf1271b7520b83c45ce07ba3c1a9699df81e239eca0 | 6f3fc88e4cd88456ea892971f9f12243e8428624 |"
+
+
 def runs_root_is_a_file(project: Path) -> dict:
     (project / "book").mkdir(exist_ok=True)
     (project / "book" / "runs").write_text("not a folder\n")
@@ -102,6 +133,19 @@ def read_only_runs(project: Path) -> dict:
     (project / "book" / "runs").mkdir(parents=True)
     (project / "book" / "runs").chmod(0o500)
     return {}
+
+
+def stored_receipt(receipt: bytes, where: str = "paired-protocol/smoke/seed-1-x") -> Callable[[Path], dict]:
+    """A run folder under the project's runs root holding ``receipt`` (and an empty notebook), plus a claims
+    report ``<tmp>/claims.json`` for the ledger."""
+    def setup(project: Path) -> dict:
+        folder = project / "book" / "runs" / where
+        folder.mkdir(parents=True)
+        (folder / "receipt.json").write_bytes(receipt)
+        (folder / "notebook.ipynb").write_bytes(NB_JSON)
+        (project.parent / "claims.json").write_text("{}")
+        return {}
+    return setup
 
 
 NB_JSON = json.dumps({"cells": [], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}).encode()
@@ -216,6 +260,58 @@ ROWS = [
     Row("ledger-missing-report", ("ledger", "--claims-report", "/no/such/report.json"), 2, "no claims report"),
     Row("ledger-report-not-json", ("ledger", "--claims-report", "{tmp}/run/receipt.json"), 2, "is not JSON",
         run_folder(b"{oops", None)),
+    # ---- a malformed receipt under the runs root: named (folder and why), everything else still listed
+    Row("list-receipt-empty-object", ("list",), 2, "seed-1-x/receipt.json (schema_version: None", stored_receipt(b"{}")),
+    Row("list-receipt-chapter-a-list", ("list",), 2, "seed-1-x/receipt.json", stored_receipt(
+        b'{"schema_version": 3, "chapter": ["a"]}')),
+    Row("list-receipt-profile-a-number", ("list",), 2, "seed-1-x/receipt.json", stored_receipt(
+        b'{"schema_version": 3, "chapter": "kite", "profile": 7}')),
+    Row("list-receipt-hostile-folder", ("list",), 2, "receipt.json (receipt.json: not JSON", stored_receipt(b"{", "<x>/`y`/seed-1")),
+    Row("validate-receipt-chapter-a-list", ("validate",), 1, "seed-1-x: chapter: Input should be a valid string",
+        stored_receipt(b'{"schema_version": 3, "chapter": ["a"]}')),
+    Row("validate-receipt-profile-a-number", ("validate",), 1, "seed-1-x: profile: Input should be a valid string",
+        stored_receipt(b'{"schema_version": 3, "chapter": "kite", "profile": 7}')),
+    Row("validate-receipt-huge-version", ("validate",), 1, "schema_version: 'xxxxxxxx",
+        stored_receipt(json.dumps({"schema_version": "x" * 10**6}).encode()), absent="x" * 100),
+    # ---- YAML and numbers (issue 23): YAML 1.2 numbers, no aliases, no duplicate keys, finite values, ASCII seeds
+    Row("profile-seeds-alias-bomb", run("--profile", "bad"), 2, "aliases (*name) are not allowed",
+        profile("seeds: [&a [1, 1, 1, 1, 1, 1, 1, 1], [*a, *a, *a, *a, *a, *a, *a, *a]]\n")),
+    Row("profile-duplicate-key", run("--profile", "bad"), 2, "duplicate key 'seeds'",
+        profile("seeds: [1]\nseeds: [2]\n")),
+    Row("profile-num-gpus-nan", run("--profile", "bad"), 2, "resources.num_gpus must be",
+        profile("seeds: [1]\nresources: {num_gpus: .nan}\n")),
+    Row("profile-value-nan", run("--profile", "bad"), 2, "parameter 'train_fraction' = nan: NaN",
+        profile("seeds: [1]\nparameters: {train_fraction: .nan}\n")),
+    Row("profile-a-link-outside", run("--profile", "bad"), 2, "bad.yaml: not a regular file of the repository",
+        profile_link("/etc/passwd"), absent="root:"),
+    Row("profile-deep-nesting", run("--profile", "bad"), 2, "bad.yaml: invalid YAML: nested more than 50 levels",
+        profile("seeds: " + "[" * 5000 + "]" * 5000 + "\n")),
+    Row("param-nan", run("-p", "train_fraction=.nan"), 2, "parameter 'train_fraction' = nan: NaN"),
+    Row("param-inf", run("-p", "bigram_k_grid=[0.1, .inf]"), 2, "parameter 'bigram_k_grid' = [0.1, inf]: inf is refused"),
+    Row("param-twice", run("-p", "n_boot=10", "-p", "n_boot=20"), 2, "-p n_boot is given more than once"),
+    Row("param-5000-digits", run("-p", "n_boot=" + "9" * 5000), 2, "-p n_boot: the value", absent="9" * 100),
+    Row("param-5000-deep", run("-p", "bigram_k_grid=" + "[" * 5000 + "]" * 5000), 2, "-p bigram_k_grid: the value",
+        absent="[" * 100),
+    Row("seeds-arabic-digits", run("--seeds", "٤٣"), 2, "seeds must be integers, got '٤٣'"),
+    Row("seeds-underscore", run("--seeds", "4_3"), 2, "seeds must be integers, got '4_3'"),
+    Row("seeds-plus", run("--seeds", "+44"), 2, "seeds must be integers, got '+44'"),
+    Row("seeds-10000-one-duplicate", run("--seeds", ",".join(map(str, [*range(10_000), 5]))), 2,
+        "duplicate seeds [5]", absent="9999"),
+    # ---- data files and their SOURCE.md
+    Row("data-source-md-not-utf8", run("--profile", "smoke"), 2, "wikitext-2/SOURCE.md is not UTF-8",
+        data_folder(lambda b: b + b"\xff\xfe")),
+    Row("data-source-md-row-twice", run("--profile", "smoke"), 2, "wikitext-2/SOURCE.md lists test.txt twice",
+        data_folder(_twice(TEST_ROW))),
+    Row("data-file-a-folder", run("--profile", "smoke"), 2, "wikitext-2/test.txt is not a regular file",
+        data_folder(test_txt="folder")),
+    Row("data-file-a-fifo", run("--profile", "smoke"), 2, "wikitext-2/test.txt is not a regular file",
+        data_folder(test_txt="fifo")),
+    Row("data-and-source-md-edited-together", run("--profile", "smoke"), 2, "but the repository pins 1256449 bytes",
+        data_folder(lambda b: b.replace(TEST_ROW, TEST_ROW.replace(b"1256449", b"3000").replace(
+            b"d790b833ef8cf03a90db7bf1271b7520b83c45ce07ba3c1a9699df81e239eca0",
+            hashlib.sha256((DATA / "wikitext-2" / "test.txt").read_bytes()[:3000]).hexdigest().encode())), "short")),
+    Row("ledger-receipt-chapter-a-list", ("ledger", "--claims-report", "{tmp}/claims.json"), 2, "seed-1-x/receipt.json",
+        stored_receipt(b'{"schema_version": 3, "chapter": ["a"]}'), writes=True),
 ]
 
 
@@ -284,7 +380,10 @@ def test_bad_input(row, tmp_path, monkeypatch, capsys):
     assert "Traceback" not in message and "unexpected error" not in message
     if row.code == 2:
         assert len([line for line in err.splitlines() if line.startswith("agentpost")]) <= 1 or "usage:" in err
-    assert tree_state(tmp_path) == before, "nothing may be written"
+    if row.id.startswith("list-"):
+        assert "paired-protocol" in out  # the other chapters and runs are still listed
+    if not row.writes:
+        assert tree_state(tmp_path) == before, "nothing may be written"
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root writes into a read-only folder")

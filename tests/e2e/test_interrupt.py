@@ -37,7 +37,7 @@ def test_ctrl_c_stops_the_batch_and_cleans_up(tmp_path):
         runs = project / "book" / "runs" / "paired-protocol" / "quick"
         deadline = time.monotonic() + 600
         while time.monotonic() < deadline and not (run_folders(runs) and "paired-protocol/2: cell" in err_path.read_text()):
-            assert proc.poll() is None, err_path.read_text()
+            assert proc.poll() is None, err_path.read_text()[-2000:] + proc.stdout.read()
             time.sleep(0.5)
         assert list(scratch.glob("agentpost-run-*")), "the second run should be executing"
         os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in a terminal does: the whole foreground group
@@ -68,3 +68,57 @@ def test_a_run_that_breaks_outside_its_notebook_is_a_failed_result_not_a_traceba
     results = list(LocalBackend().submit([unplanned], jobs=1))
     assert [r.status for r in results] == ["failed"]
     assert results[0].error.startswith("ValueError: execute: the spec has no run key")
+
+
+def _start(project, scratch, err_path, *args):
+    env = {**os.environ, "AGENTPOST_ROOT": str(project), "AGENTPOST_DATA": str(DATA), "TMPDIR": str(scratch)}
+    return subprocess.Popen([sys.executable, "-m", "agentpost", "run", "paired-protocol", "--profile", "quick", *args],
+                            cwd=project, env=env, stdout=subprocess.PIPE, stderr=open(err_path, "w"), text=True,
+                            start_new_session=True)
+
+
+def _quick_project(tmp_path):
+    project = make_project(tmp_path)
+    (project / "params" / "paired-protocol" / "quick.yaml").write_text(yaml.safe_dump(QUICK))
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    return project, scratch
+
+
+def test_sigterm_to_the_batch_stops_it_like_ctrl_c(tmp_path):
+    """`kill PID` (SIGTERM to the batch process alone, as a scheduler or systemd sends it): the running run is
+    stopped, its folders removed, the summary printed, exit 143; no run is committed afterwards."""
+    project, scratch = _quick_project(tmp_path)
+    err_path = tmp_path / "stderr.txt"
+    proc = _start(project, scratch, err_path)
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline and "paired-protocol/1: cell" not in err_path.read_text():
+        assert proc.poll() is None, err_path.read_text()
+        time.sleep(0.5)
+    os.kill(proc.pid, signal.SIGTERM)
+    out, _ = proc.communicate(timeout=120)
+    stderr = err_path.read_text()
+    assert proc.returncode == 143, stderr
+    assert "Traceback" not in stderr and "(SIGTERM)" in stderr, stderr
+    time.sleep(3)  # a child that outlived its parent would commit now
+    assert not run_folders(project) and not list((project / "book" / "runs").rglob(".tmp-*"))
+    assert not list(scratch.iterdir()), "no scratch folder (run or kernel sockets) may be left"
+
+
+def test_two_identical_batches_compute_each_run_once(tmp_path):
+    """A second batch on the same runs root waits for the first (one line says so), then reuses its runs; the
+    first batch's temporary folders are never touched."""
+    project, scratch = _quick_project(tmp_path)
+    first_err, second_err = tmp_path / "first.txt", tmp_path / "second.txt"
+    first = _start(project, scratch, first_err, "--seeds", "1")
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline and "paired-protocol/1: cell" not in first_err.read_text():
+        assert first.poll() is None, first_err.read_text()
+        time.sleep(0.5)
+    second = _start(project, scratch, second_err, "--seeds", "1")
+    out1, _ = first.communicate(timeout=600)
+    out2, _ = second.communicate(timeout=600)
+    assert first.returncode == 0 and second.returncode == 0, first_err.read_text() + second_err.read_text()
+    assert "another batch is running" in second_err.read_text()
+    assert " ok " in out1 and " cached " in out2, out1 + out2
+    assert len(run_folders(project)) == 1

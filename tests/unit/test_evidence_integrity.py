@@ -52,7 +52,9 @@ def test_keys_follow_the_hashing_rules():
     assert rc.run_folder("kite", "smoke", "ad-hoc", 42, "ab").as_posix() == "kite/smoke/ad-hoc/seed-42-ab"
 
 
-def _dataset(tmp_path, monkeypatch, content: bytes, listed: bytes | None = None):
+def _dataset(tmp_path, monkeypatch, content: bytes, listed: bytes | None = None, pin: bool = True):
+    """A wikitext-2 folder whose files hold ``content`` and whose SOURCE.md lists ``listed``; with ``pin`` the
+    repository's pinned checksums are those of ``listed`` too (a data set the checkout was written for)."""
     import hashlib
 
     from agentpost.data import registry
@@ -65,7 +67,45 @@ def _dataset(tmp_path, monkeypatch, content: bytes, listed: bytes | None = None)
     for f in registry.DATASETS["wikitext-2"]:
         (folder / f).write_bytes(content)
     monkeypatch.setenv("AGENTPOST_DATA", str(tmp_path))
+    if pin:
+        pinned = {f: (len(listed), hashlib.sha256(listed).hexdigest()) for f in registry.DATASETS["wikitext-2"]}
+        monkeypatch.setitem(registry.PINNED, "wikitext-2", pinned)
+    registry._parse_source.cache_clear()
     return registry, folder
+
+
+def test_data_edited_with_its_source_md_is_refused_by_the_pinned_checksums(tmp_path, monkeypatch):
+    registry, folder = _dataset(tmp_path, monkeypatch, b"abc\n", pin=False)
+    with pytest.raises(registry.DataChecksumError, match=r"wikitext-2/test.txt matches wikitext-2/SOURCE.md .* but the "
+                                                         r"repository pins 1256449 bytes"):
+        registry.data_file("wikitext-2", "test.txt")
+
+
+def test_bad_source_md_and_unreadable_data_name_the_file(tmp_path, monkeypatch):
+    import os
+
+    registry, folder = _dataset(tmp_path, monkeypatch, b"abc\n")
+    source = (folder / "SOURCE.md").read_text()
+    row = next(line for line in source.splitlines() if line.startswith("| test.txt"))
+    (folder / "SOURCE.md").write_text(source.replace(row, row + "\n" + row))
+    with pytest.raises(registry.DataChecksumError, match=r"wikitext-2/SOURCE.md lists test.txt twice \(line"):
+        registry.data_file("wikitext-2", "test.txt")
+    registry._parse_source.cache_clear()
+    (folder / "SOURCE.md").write_bytes(b"caf\xe9\n")
+    with pytest.raises(registry.DataChecksumError, match=r"wikitext-2/SOURCE.md is not UTF-8"):
+        registry.data_file("wikitext-2", "test.txt")
+    registry._parse_source.cache_clear()
+    (tmp_path / "again").mkdir()
+    _dataset(tmp_path / "again", monkeypatch, b"abc\n")
+    folder = tmp_path / "again" / "wikitext-2"
+    (folder / "test.txt").unlink()
+    os.mkfifo(folder / "test.txt")
+    with pytest.raises(registry.DataMissingError, match=r"wikitext-2/test.txt is not a regular file"):
+        registry.data_file("wikitext-2", "test.txt")
+    (folder / "test.txt").unlink()
+    (folder / "test.txt").mkdir()
+    with pytest.raises(registry.DataMissingError, match=r"wikitext-2/test.txt is not a regular file"):
+        registry.data_file("wikitext-2", "test.txt")
 
 
 def test_source_md_checksums_are_parsed_and_enforced(tmp_path, monkeypatch):

@@ -1,0 +1,58 @@
+"""Cheap cross-checks of validate (issue 23): a run of another chapter, per-cell timings that do not fit the run,
+and seeds cloned from one run."""
+
+from __future__ import annotations
+
+import nbformat
+
+from agentpost.evidence.environment import GLUE_NAME
+from agentpost.evidence.validate import _check_cell_timing, _check_chapter, copied_seeds, gpu_evidence_problems
+
+
+def _problems(check, *args) -> list[tuple[str, str]]:
+    found = []
+    check(*args, lambda field, message: found.append((field, message)))
+    return found
+
+
+def _nb(cells: list[tuple[str, str, float]], start="2026-01-01T00:00:00+00:00", end="2026-01-01T00:01:00+00:00"):
+    nb = nbformat.v4.new_notebook()
+    for s, e, d in cells:
+        cell = nbformat.v4.new_code_cell("x = 1")
+        cell.metadata["papermill"] = {"start_time": s, "end_time": e, "duration": d}
+        nb.cells.append(cell)
+    nb.metadata["papermill"] = {"start_time": start, "end_time": end, "duration": 60.0, "input_path": "kite.ipynb"}
+    return nb
+
+
+def test_cell_timings_must_fit_the_run():
+    ok = _nb([("2026-01-01T00:00:01+00:00", "2026-01-01T00:00:11+00:00", 10.0),
+              ("2026-01-01T00:00:11+00:00", "2026-01-01T00:00:51+00:00", 40.0)])
+    assert _problems(_check_cell_timing, ok, ok.metadata["papermill"]) == []
+    old = _nb([("2019-01-01T00:00:01+00:00", "2019-01-01T00:00:11+00:00", 10.0)])
+    assert _problems(_check_cell_timing, old, old.metadata["papermill"])[0][0] == "notebook.cells[0].timing"
+    long = _nb([("2026-01-01T00:00:01+00:00", "2026-01-01T00:00:11+00:00", 99_999.0)])
+    assert "duration 99999.0 s" in _problems(_check_cell_timing, long, long.metadata["papermill"])[0][1]
+    overlap = _nb([("2026-01-01T00:00:01+00:00", "2026-01-01T00:00:41+00:00", 40.0),
+                   ("2026-01-01T00:00:05+00:00", "2026-01-01T00:00:45+00:00", 40.0)])
+    assert _problems(_check_cell_timing, overlap, overlap.metadata["papermill"])[0][0] == "notebook.cells[1].timing"
+
+
+def test_a_run_executed_from_another_chapters_notebook_never_counts():
+    nb = _nb([])
+    receipt = {"chapter": "paired-protocol", "hashes": {"source_notebook": "not a real hash"}}
+    assert _problems(_check_chapter, receipt, nb) == [("chapter", "papermill executed 'kite.ipynb', not paired-protocol.ipynb")]
+
+
+def test_seeds_with_identical_metrics_are_copies():
+    env = {"kind": "cpu"}
+    runs = [{"seed": s, "metrics": {"acc": 0.5, GLUE_NAME: {"cuda_event_ms": s, **env}}} for s in (42, 43, 44)]
+    assert copied_seeds(runs) == [[42, 43, 44]]
+    runs[2]["metrics"]["acc"] = 0.6
+    assert copied_seeds(runs) == [[42, 43]]
+    runs[1]["metrics"]["acc"] = 0.7
+    assert copied_seeds(runs) == []
+    copies = [{"seed": s, "metrics": {"acc": 0.5}, "device": {}, "packages": {}, "kind": "profile", "status": "ok",
+               "hashes": {"source_notebook": "s", "parameters": "p", "code_tree": "c", "data": {}},
+               "chapter": "kite", "profile": "a100"} for s in (1, 2, 3)]
+    assert any("identical metrics" in reason for reason in gpu_evidence_problems(copies))
