@@ -24,7 +24,7 @@ HERE = Path(__file__).resolve().parent
 #: script -> arguments that keep it to seconds or a minute on 2 CPU cores (``--full`` drops them).
 QUICK = {
     "actkv_engine.py": ["--repeats", "2", "--candidates", "1", "--shape", "short"],
-    "actkv_kernels.py": ["--sizes", "tiny", "--reps", "3", "--out", "{tmp}/actkv_kernels.json"],
+    "actkv_kernels.py": ["--sizes", "tiny", "--reps", "1", "--out", "{tmp}/actkv_kernels.json"],
     "cli_startup.py": ["--repeats", "2"],
     "data_loaders.py": ["--repeats", "1"],
     "deltas_kernel.py": ["--seq-lens", "256", "--heads", "2", "--repeats", "3"],
