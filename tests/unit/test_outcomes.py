@@ -179,7 +179,7 @@ def test_comparisons_section_draws_a_forest_plot(tmp_path):
     lines = comparisons_section("x", "smoke", computed, tmp_path)
     text = "\n".join(lines)
     assert (tmp_path / "x-smoke-forest.png").stat().st_size > 1000
-    assert "`b_vs_a` ★" in text and "not computed: seed 1: outcomes_acc has no arm c" in text
+    assert "`b_vs_a` ★" in text and "not computed: seed 1: outcomes\\_acc has no arm c" in text
     assert "| x | smoke | `b_vs_a` | C1 |" in headline_section({("x", "smoke"): computed})
 
 
