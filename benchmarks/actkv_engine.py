@@ -38,8 +38,7 @@ def _model():
 
 
 def _trace(tok, n_candidates: int) -> tuple[DiagTrace, str]:
-    traces = load_heldout_traces(tok, n_per_seed=n_candidates, seeds=(0,), rounds=4, distractors=2,
-                                 max_doc_chars=300)[0]
+    traces = load_heldout_traces(tok, n_traces=n_candidates, seed=0, rounds=4, distractors=2, max_doc_chars=300)
     return max(traces, key=len), "held-out tool trace (synthetic format over real StableToolBench API docs)"
 
 
