@@ -44,8 +44,8 @@ SHAPES = {"default": (4, 2, 300), "short": (3, 1, 100)}
 
 def _trace(tok, n_candidates: int, shape: str) -> tuple[DiagTrace, str]:
     rounds, distractors, max_doc_chars = SHAPES[shape]
-    traces = load_heldout_traces(tok, n_per_seed=n_candidates, seeds=(0,), rounds=rounds, distractors=distractors,
-                                 max_doc_chars=max_doc_chars)[0]
+    traces = load_heldout_traces(tok, n_traces=n_candidates, seed=0, rounds=rounds, distractors=distractors,
+                                 max_doc_chars=max_doc_chars)
     return max(traces, key=len), "held-out tool trace (synthetic format over real StableToolBench API docs)"
 
 

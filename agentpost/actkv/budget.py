@@ -16,11 +16,18 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from fractions import Fraction
 
 import numpy as np
 import torch
 
 CONFIDENCE_FORMS = ("deepconf_topk", "neg_surprisal")
+
+
+def round_half_up(x: Fraction | float) -> int:
+    """Nearest integer with halves rounded up, exactly (Python's ``round`` sends halves to the even neighbour:
+    ``round(104.5) == 104``). Every budget and window size of the chapter is rounded with it."""
+    return math.floor(Fraction(x) + Fraction(1, 2))
 
 
 @dataclass(frozen=True)

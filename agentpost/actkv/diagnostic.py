@@ -1,8 +1,9 @@
 """The chapter's diagnostic: teacher-forced fidelity of compressed caches to FullKV on held-out tool traces.
 
-For every trace, method and budget ratio ``rho``: ``B = round(rho * n)`` evictable entries per layer (``n`` = FullKV
-trace length, protocol of actkv.md "Defaults"), the trace is scored by :func:`agentpost.actkv.engine.score_trace`,
-and compared token by token with the FullKV run of the same trace:
+For every trace, method and budget ratio ``rho``: ``B`` evictable entries per layer (:func:`budget_for`: under
+actkv.md's reading ``B = rho * n`` with ``n`` the FullKV trace length and the protected prefix on top; under kvpress's
+reading ``rho * n`` is the whole cache kept per head, prefix included), the trace is scored by
+:func:`agentpost.actkv.engine.score_trace`, and compared token by token with the FullKV run of the same trace:
 
 - ``nll_increase_nats``: mean over action tokens of NLL(method) - NLL(FullKV);
 - ``top1_agreement``: fraction of action tokens whose top-1 prediction equals FullKV's;
@@ -11,29 +12,33 @@ and compared token by token with the FullKV run of the same trace:
 - ``ms_per_token`` (forward time per fed token at the scoring chunk size) and ``overhead_frac``
   (observe + score + select + compact time over forward time).
 
-Seeds are three disjoint samples of held-out traces (the model is the same trained checkpoint for all seeds).
+A run is one seed: the seed draws its own sample of held-out traces (the model is the same trained checkpoint for
+every seed), so items are nested in seeds; the declared comparisons are computed across seed runs
+(``agentpost compare actkv``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from fractions import Fraction
+from typing import Sequence
 
 import numpy as np
 import torch
 
-from agentpost.actkv.budget import ConfidenceBudget
+from agentpost.actkv.budget import ConfidenceBudget, round_half_up
 from agentpost.actkv.engine import TraceResult, score_trace
 from agentpost.actkv.policies import make_policy
 from agentpost.actkv.regions import RoundLayout, detect_rounds, token_texts
 from agentpost.data.tool_traces import build_traces, tokenize_trace
-from agentpost.stats import ArmMeta, PairedResult, compare
 
 BASELINES = ("streamingllm", "h2o", "snapkv", "rkv")
 METHODS = ("fullkv",) + BASELINES + ("actkv",)
 #: Extra arms of the grid: a baseline under another reading the spec names (kv-baselines.md ambiguities 1, 3).
+#: ``h2o_normalised`` is kvpress's ``ObservedAttentionPress`` (normalised accumulated attention, no forced recent
+#: window: ``recent_fraction=0`` overrides the H2O arm's own recent window).
 VARIANTS: dict[str, tuple[str, dict]] = {
-    "h2o_normalised": ("h2o", {"normalise": True}),
+    "h2o_normalised": ("h2o", {"normalise": True, "recent_fraction": 0.0}),
     "snapkv_query_head": ("snapkv", {"head_mode": "query_head"}),
 }
 
@@ -80,40 +85,69 @@ def diag_trace(trace_id: str, ids: Sequence[int], tokenizer, prefix_len: int, ro
     return DiagTrace(trace_id, tuple(int(i) for i in ids), layout, tuple(points), tuple(bool(x) for x in name_mask))
 
 
-def load_heldout_traces(tokenizer, *, split: str = "test", n_per_seed: int = 4, seeds: Sequence[int] = (42, 43, 44),
-                        rounds: int = 4, distractors: int = 2, max_doc_chars: int = 300,
-                        boundary: str = "after_observation") -> dict[int, list[DiagTrace]]:
-    """Disjoint blocks of held-out traces, one block per seed (:mod:`agentpost.actkv.traces`: synthetic trace
-    format over real StableToolBench API docs). Block ``i`` of one fixed ordering (``build_traces(seed=0)``)
-    goes to ``seeds[i]``."""
-    traces = build_traces(split, n_traces=n_per_seed * len(seeds), rounds=rounds, distractors=distractors,
-                          max_doc_chars=max_doc_chars, seed=0)
-    if len(traces) < n_per_seed * len(seeds):
-        raise ValueError(f"split {split!r} gave {len(traces)} traces, need {n_per_seed * len(seeds)}")
-    out = {}
-    for i, seed in enumerate(seeds):
-        block = []
-        for tr in traces[i * n_per_seed : (i + 1) * n_per_seed]:
-            tt = tokenize_trace(tr, tokenizer)
-            block.append(diag_trace(tr.query_id, tt.input_ids, tokenizer, tt.prefix_len, tt.round_spans,
-                                    name_mask=tt.name_mask, generated_mask=tt.generated_mask, boundary=boundary))
-        out[seed] = block
+def load_heldout_traces(tokenizer, *, split: str = "test", n_traces: int = 4, seed: int = 0, rounds: int = 4,
+                        distractors: int = 2, max_doc_chars: int = 300,
+                        boundary: str = "after_observation") -> list[DiagTrace]:
+    """``n_traces`` held-out traces drawn by ``seed`` (:mod:`agentpost.data.tool_traces`: synthetic trace format over
+    real StableToolBench API docs; ``seed`` orders the split's queries and draws the distractors). Their query ids
+    are the item ids; they must be distinct, so ``n_traces`` may not exceed the split's queries."""
+    traces = build_traces(split, n_traces=n_traces, rounds=rounds, distractors=distractors,
+                          max_doc_chars=max_doc_chars, seed=seed)
+    ids = [tr.query_id for tr in traces]
+    if len(traces) < n_traces or len(set(ids)) < len(ids):
+        raise ValueError(f"split {split!r} has fewer than n_traces={n_traces} distinct queries")
+    out = []
+    for tr in traces:
+        tt = tokenize_trace(tr, tokenizer)
+        out.append(diag_trace(tr.query_id, tt.input_ids, tokenizer, tt.prefix_len, tt.round_spans,
+                              name_mask=tt.name_mask, generated_mask=tt.generated_mask, boundary=boundary))
     return out
 
 
-def budget_for(trace: DiagTrace, ratio: float) -> int:
-    """``B = round(ratio * n)`` with ``n`` the FullKV trace length."""
+#: How a budget ratio becomes B: ``evictable`` (actkv.md "Defaults": ratio x FullKV length evictable entries, the
+#: protected prefix on top) or ``total`` (kvpress: ratio x FullKV length is everything kept per head, the prefix
+#: with StreamingLLM's sinks and every forced window inside it).
+BUDGET_READINGS = ("evictable", "total")
+
+
+def budget_for(trace: DiagTrace, ratio: float, reading: str = "evictable") -> int:
+    """``B``, the evictable entries each layer keeps per head after a compression (:data:`BUDGET_READINGS`).
+
+    The ratio is read as the decimal it prints as (``0.1`` is 1/10), times ``n`` = the FullKV trace length, rounded
+    half up. Under ``total`` the prefix counts against the budget; a ratio that cannot even hold the protected
+    prefix is refused with a ``ValueError`` naming the trace."""
     if not 0.0 < ratio <= 1.0:
         raise ValueError(f"budget ratio must be in (0, 1], got {ratio}")
-    return max(1, int(round(ratio * len(trace))))
+    if reading not in BUDGET_READINGS:
+        raise ValueError(f"budget_reading must be one of {BUDGET_READINGS}, got {reading!r}")
+    kept = round_half_up(Fraction(str(ratio)) * len(trace))
+    if reading == "evictable":
+        return max(1, kept)
+    prefix = trace.layout.prefix_len
+    if kept <= prefix:
+        raise ValueError(f"budget_reading='total': ratio {ratio} of trace {trace.trace_id} ({len(trace)} tokens) "
+                         f"keeps {kept} entries per head, no more than its protected prefix ({prefix}); raise the "
+                         f"ratio or use budget_reading='evictable'")
+    return kept - prefix
+
+
+def budget_terms(trace: DiagTrace, ratio: float, reading: str = "evictable") -> dict:
+    """One budget stated three ways: ``B`` (evictable entries per head), ``total_per_head`` (prefix + B: every
+    entry a head keeps right after a compression) and ``kvpress_compression_ratio`` (the fraction kvpress's
+    ``compression_ratio`` would remove from the FullKV trace to keep that many: 1 - total / n)."""
+    b = budget_for(trace, ratio, reading)
+    total = trace.layout.prefix_len + b
+    return {"trace": trace.trace_id, "ratio": ratio, "reading": reading, "n_tokens": len(trace),
+            "prefix": trace.layout.prefix_len, "B": b, "total_per_head": total,
+            "kvpress_compression_ratio": 1.0 - total / len(trace)}
 
 
 def run_method(model, trace: DiagTrace, method: str, ratio: float | None, *, chunk: int = 32,
                policy_kwargs: dict | None = None, adaptive_budget: bool = False,
-               variant_kwargs: dict | None = None) -> TraceResult:
+               variant_kwargs: dict | None = None, budget_reading: str = "evictable") -> TraceResult:
     """Score one trace with one method (``ratio=None`` only for FullKV); ``policy_kwargs[method]`` then
     ``variant_kwargs`` configure the policy."""
-    budget = None if method == "fullkv" else budget_for(trace, ratio)
+    budget = None if method == "fullkv" else budget_for(trace, ratio, budget_reading)
     rule = ConfidenceBudget(budget=budget) if adaptive_budget and budget is not None else None
     policy = make_policy(method, **{**(policy_kwargs or {}).get(method, {}), **(variant_kwargs or {})})
     return score_trace(model, trace.ids, trace.layout, policy, budget, chunk=chunk, budget_rule=rule,
@@ -162,33 +196,36 @@ def _runs(mask: np.ndarray) -> list[tuple[int, int]]:
     return list(zip(np.flatnonzero(edges == 1), np.flatnonzero(edges == -1)))
 
 
-def run_grid(model, traces_by_seed: dict[int, list[DiagTrace]], *, methods: Sequence[str] = METHODS,
+def run_grid(model, traces: Sequence[DiagTrace], *, methods: Sequence[str] = METHODS,
              ratios: Sequence[float] = (0.05, 0.1, 0.2, 0.25, 0.3), chunk: int = 32,
              policy_kwargs: dict | None = None, adaptive_budget: bool = True, threads: int = 1,
-             variants: dict[str, tuple[str, dict]] | None = None):
-    """Long table (pandas) with one row per (seed, trace, method, ratio): the :func:`fidelity` metrics.
+             variants: dict[str, tuple[str, dict]] | None = None, budget_reading: str = "evictable"):
+    """Long table (pandas) with one row per (trace, method, ratio): the :func:`fidelity` metrics.
 
     With ``adaptive_budget`` an extra arm ``actkv+budget`` runs ActKV with Algorithm 2 starting from the same B;
-    ``variants`` (``{arm: (method, kwargs)}``, e.g. :data:`VARIANTS`) adds one arm per other reading."""
+    ``variants`` (``{arm: (method, kwargs)}``, e.g. :data:`VARIANTS`) adds one arm per other reading. Every
+    budget is checked (:func:`budget_for`) before any trace is scored."""
     import pandas as pd
 
+    for tr in traces:
+        for ratio in ratios:
+            budget_for(tr, ratio, budget_reading)
     torch.set_num_threads(threads)
     rows = []
-    for seed, traces in traces_by_seed.items():
-        for tr in traces:
-            ref = run_method(model, tr, "fullkv", None, chunk=chunk)
-            for ratio in ratios:
-                arms = [(m, m, False, None) for m in methods if m != "fullkv"]
-                if adaptive_budget and "actkv" in methods:
-                    arms.append(("actkv+budget", "actkv", True, None))
-                arms += [(arm, m, False, kw) for arm, (m, kw) in (variants or {}).items()]
-                for arm, method, adaptive, kw in arms:
-                    res = run_method(model, tr, method, ratio, chunk=chunk, policy_kwargs=policy_kwargs,
-                                     adaptive_budget=adaptive, variant_kwargs=kw)
-                    rows.append({"seed": seed, "trace": tr.trace_id, "method": arm, "ratio": ratio,
-                                 "n_tokens": len(tr), **fidelity(res, ref, tr)})
-                rows.append({"seed": seed, "trace": tr.trace_id, "method": "fullkv", "ratio": ratio,
-                             "n_tokens": len(tr), **fidelity(ref, ref, tr)})
+    for tr in traces:
+        ref = run_method(model, tr, "fullkv", None, chunk=chunk)
+        for ratio in ratios:
+            arms = [(m, m, False, None) for m in methods if m != "fullkv"]
+            if adaptive_budget and "actkv" in methods:
+                arms.append(("actkv+budget", "actkv", True, None))
+            arms += [(arm, m, False, kw) for arm, (m, kw) in (variants or {}).items()]
+            for arm, method, adaptive, kw in arms:
+                res = run_method(model, tr, method, ratio, chunk=chunk, policy_kwargs=policy_kwargs,
+                                 adaptive_budget=adaptive, variant_kwargs=kw, budget_reading=budget_reading)
+                rows.append({"trace": tr.trace_id, "method": arm, "ratio": ratio, "n_tokens": len(tr),
+                             **fidelity(res, ref, tr)})
+            rows.append({"trace": tr.trace_id, "method": "fullkv", "ratio": ratio, "n_tokens": len(tr),
+                         **fidelity(ref, ref, tr)})
     return pd.DataFrame(rows)
 
 
@@ -218,44 +255,32 @@ def load_diagnostic_model(name: str = "tool-lm", *, device: str = "cpu", dtype: 
 
 
 def fidelity_table(df):
-    """Mean of every metric per (method, ratio) over seeds and traces."""
+    """Mean of every metric per (method, ratio) over this run's traces."""
     cols = [c for c in ("nll_increase_nats", "top1_agreement", "name_exact", "peak_frac", "peak_within_bound",
                         "ms_per_token", "overhead_frac", "final_budget") if c in df.columns]
     return df.groupby(["method", "ratio"], sort=False)[cols].mean().reset_index()
 
 
-def per_seed_values(df, method: str, ratio: float, metric: str) -> dict[int, list[float]]:
-    """``{seed: [metric per trace, ordered by trace id]}`` for the paired protocol."""
-    sub = df[(df.method == method) & (df.ratio == ratio)].sort_values(["seed", "trace"])
-    return {int(s): g[metric].astype(float).tolist() for s, g in sub.groupby("seed")}
-
-
-def paired_vs_baselines(df, *, ratio: float, arm_meta: Callable[[str], ArmMeta], metric: str = "nll_increase_nats",
-                        higher_is_better: bool = False, min_effect: float, baselines: Sequence[str] = BASELINES,
-                        method: str = "actkv") -> dict[str, PairedResult]:
-    """ActKV (arm b) against each baseline (arm a) through :func:`agentpost.stats.compare`, one result per
-    baseline; ``arm_meta(arm)`` builds each arm's own :class:`~agentpost.stats.ArmMeta`. Each seed scores its own
-    disjoint block of traces (:func:`load_heldout_traces`), so ``shared_items=False``."""
-    b = per_seed_values(df, method, ratio, metric)
-    return {base: compare(per_seed_values(df, base, ratio, metric), b, meta_a=arm_meta(base), meta_b=arm_meta(method),
-                          higher_is_better=higher_is_better, name_a=base, name_b=method, min_effect=min_effect,
-                          shared_items=False)
-            for base in baselines if base in set(df.method)}
+def per_item(df, ratio: float, metric: str) -> dict[str, dict[str, float]]:
+    """``{arm: {trace id: metric}}`` at ``ratio`` for every arm but FullKV (the reference), for
+    :func:`agentpost.evidence.outcomes.record_outcomes`."""
+    sub = df[(df.ratio == ratio) & (df.method != "fullkv")]
+    return {arm: dict(zip(g.trace, g[metric].astype(float))) for arm, g in sub.groupby("method", sort=True)}
 
 
 def decode_profile(model, trace: DiagTrace, ratio: float, *, methods: Sequence[str] = ("fullkv", "actkv"),
-                   repeats: int = 3, policy_kwargs: dict | None = None) -> dict:
+                   repeats: int = 3, policy_kwargs: dict | None = None, budget_reading: str = "evictable") -> dict:
     """Decode ``trace`` one token per step (teacher forced, so every method sees the same tokens) and report, per
     method: per-round peak entries vs the bound, per-round decode ms/token and overhead fraction (medians over
     ``repeats``), the overall decode ms/token, and ratios against FullKV measured in the same call."""
     import statistics
 
-    budget = budget_for(trace, ratio)
+    budget = budget_for(trace, ratio, budget_reading)
     out: dict = {"n_tokens": len(trace), "prefix_len": trace.layout.prefix_len, "budget": budget, "ratio": ratio,
                  "methods": {}}
     for method in methods:
         runs = [run_method(model, trace, method, None if method == "fullkv" else ratio, chunk=1,
-                           policy_kwargs=policy_kwargs) for _ in range(repeats)]
+                           policy_kwargs=policy_kwargs, budget_reading=budget_reading) for _ in range(repeats)]
         st = [r.stats for r in runs]
         rows = []
         for r, peak, bound in round_bounds(runs[0], trace):  # round r: between compression boundaries r, r+1

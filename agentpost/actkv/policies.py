@@ -23,11 +23,13 @@ the model's device and is reduced there before it is copied.
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
 
+from agentpost.actkv.budget import round_half_up
 from agentpost.actkv.lrfu import ActionAccumulator, lrfu_update, nucleus_hits, reduce_heads
 from agentpost.kv_retention import knorm_scores
 from agentpost.registry import Registry
@@ -257,7 +259,7 @@ class H2O(KVPolicy):
 
     def score(self, layer, keys):
         n = keys.shape[1] - self.prefix_len
-        recent = int(round(self.recent_fraction * self.budget))
+        recent = round_half_up(Fraction(str(self.recent_fraction)) * self.budget)  # halves up, not to even
         return h2o_scores(self._hh[layer][:, :n], recent, self._seen[layer][:, :n] if self.normalise else None)
 
     def on_compact(self, layer, keep):

@@ -1,15 +1,15 @@
-"""The DeltaS diagnostics and their paired verdicts: recall on the synthetic stream (mechanism level) and next-token
-NLL of the hybrid LM on WikiText-2 test streams under a KV budget (:mod:`agentpost.deltas.stream`)."""
+"""The DeltaS diagnostics: recall on the synthetic stream (mechanism level) and next-token NLL of the hybrid LM on
+WikiText-2 test streams under a KV budget (:mod:`agentpost.deltas.stream`), with the per-item outcomes a run
+records (:func:`per_item`) and the headroom every LM comparison is read against (:func:`headroom`,
+:func:`gap_recovered`). A run is one seed; the declared comparisons are computed across seed runs
+(``agentpost compare deltas``)."""
 
 from __future__ import annotations
-
-from dataclasses import asdict
 
 import pandas as pd
 from tqdm.auto import tqdm
 
 from agentpost.deltas.recall import RecallStreamSpec, make_stream, recall_after_retention
-from agentpost.stats import ArmMeta, compare
 
 STREAMING_POLICIES = ("drift", "recency", "random", "key_norm")
 REFERENCE_POLICIES = ("attention",)
@@ -17,7 +17,7 @@ REFERENCE_POLICIES = ("attention",)
 
 def recall_grid(spec: RecallStreamSpec, seeds, budget_fractions, policies, *, buckets: int = 4,
                 retention: str = "bucketed", progress: bool = True) -> pd.DataFrame:
-    """One row per (seed, budget fraction, policy, fact): recalled 0/1 and the budget in tokens."""
+    """One row per (stream seed, budget fraction, policy, fact): recalled 0/1 and the budget in tokens."""
     rows = []
     for seed in tqdm(list(seeds), desc="recall streams", disable=not progress):
         stream = make_stream(spec, seed)
@@ -45,51 +45,31 @@ def drift_separation(spec: RecallStreamSpec, seeds) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def arm_meta(spec: RecallStreamSpec, policy: str) -> ArmMeta:
-    """What every arm shares: the same streams (one per seed, from ``spec``), no training, no generation."""
-    return ArmMeta(checkpoint="none (random projections)", data_version=f"synthetic recall stream {asdict(spec)}",
-                   updates=0, max_new_tokens=None)
+def per_item(frame: pd.DataFrame, value: str, item: str | list[str]) -> dict[str, dict[str, float]]:
+    """``{policy: {item id: value}}`` for :func:`agentpost.evidence.outcomes.record_outcomes`; the item id joins the
+    ``item`` column(s) with ``:`` (e.g. ``["seed", "fact"]`` -> ``"42000:3"``)."""
+    cols = [item] if isinstance(item, str) else list(item)
+    ids = frame[cols].astype(str).agg(":".join, axis=1)
+    return {policy: dict(zip(ids[g.index], g[value].astype(float))) for policy, g in frame.groupby("policy", sort=True)}
 
 
-def paired_vs_baselines(grid: pd.DataFrame, spec: RecallStreamSpec, budget_frac: float, *, min_effect: float,
-                        baselines=("recency", "random", "key_norm"), method: str = "drift") -> dict:
-    """Drift (arm b) against each streaming baseline (arm a) on per-fact recall at one budget; facts are items
-    within a seed's own stream (``shared_items=False``); higher recall is better."""
-    sub = grid[grid.budget_frac == budget_frac]
-    b = per_seed_values(sub, method, "recalled", "fact")
-    return {base: compare(per_seed_values(sub, base, "recalled", "fact"), b, meta_a=arm_meta(spec, base), meta_b=arm_meta(spec, method),
-                          higher_is_better=True, min_effect=min_effect, shared_items=False, name_a=base, name_b=method)
-            for base in baselines}
+def headroom(nll: pd.DataFrame) -> pd.DataFrame:
+    """Per stream: the reference cuts' NLL (full, sinks_recent, no_kv) and the headroom
+    NLL(sinks_recent) - NLL(full), the most any retention policy can win back on that stream."""
+    refs = nll[nll.policy.isin(["full", "sinks_recent", "no_kv"])].pivot(index="stream", columns="policy",
+                                                                         values="nll")
+    return refs.assign(headroom=refs.sinks_recent - refs.full).reset_index()
 
 
-def per_seed_values(frame: pd.DataFrame, policy: str, value: str, item: str) -> dict:
-    """``{seed: [value of each item, in item order]}`` of one policy's rows."""
-    p = frame[frame.policy == policy].sort_values(["seed", item])
-    return {int(s): g[value].tolist() for s, g in p.groupby("seed")}
-
-
-def lm_arm_meta(checkpoint: str, data_version: str) -> ArmMeta:
-    """What every LM arm shares: the fixed trained hybrid model and the same test streams; no training, no
-    generation (teacher-forced NLL)."""
-    return ArmMeta(checkpoint=checkpoint, data_version=data_version, updates=0, max_new_tokens=None)
-
-
-def lm_paired_vs_baselines(nll: pd.DataFrame, budget_frac: float, meta: ArmMeta, *, min_effect: float,
-                           baselines=("recency", "random", "key_norm"), method: str = "drift") -> dict:
-    """Drift (arm b) against each baseline (arm a) on per-stream continuation NLL at one budget; streams are the
-    items of a seed (each seed draws its own, ``shared_items=False``); lower NLL is better."""
-    sub = nll[nll.budget_frac == budget_frac]
-    b = per_seed_values(sub, method, "nll", "stream")
-    return {base: compare(per_seed_values(sub, base, "nll", "stream"), b, meta_a=meta, meta_b=meta,
-                          higher_is_better=False, min_effect=min_effect, shared_items=False, name_a=base, name_b=method)
-            for base in baselines}
-
-
-def overlap_paired(overlap: pd.DataFrame, budget_frac: float, meta: ArmMeta, *, min_effect: float,
-                   method: str = "drift", chance: str = "random"):
-    """Does ``method`` keep the entries the attention reference keeps more often than ``chance`` does? Per-stream
-    share of the reference's kept middle entries that each policy keeps, ``method`` (b) against ``chance`` (a)."""
-    sub = overlap[overlap.budget_frac == budget_frac]
-    return compare(per_seed_values(sub, chance, "overlap", "stream"), per_seed_values(sub, method, "overlap", "stream"),
-                   meta_a=meta, meta_b=meta, higher_is_better=True, min_effect=min_effect, shared_items=False,
-                   name_a=chance, name_b=method)
+def gap_recovered(nll: pd.DataFrame, policies) -> pd.DataFrame:
+    """Share of the headroom each policy wins back, per budget: (mean NLL(sinks_recent) - mean NLL(policy)) /
+    (mean NLL(sinks_recent) - mean NLL(full)) over the run's streams (a ratio of means: one stream's headroom can be
+    near zero). 1 = as good as the full cache, 0 = no better than evicting the whole middle. Undefined (NaN) when
+    the mean headroom is not positive: evicting the whole middle was then no worse than keeping it, and there is no
+    gap to recover."""
+    room = headroom(nll)
+    worst, best = room.sinks_recent.mean(), room.full.mean()
+    cut = nll[nll.policy.isin(list(policies))]
+    table = cut.groupby(["budget_frac", "policy"]).nll.mean().unstack()[list(policies)]
+    gap = worst - best
+    return ((worst - table) / gap if gap > 0 else table * float("nan")).reset_index()

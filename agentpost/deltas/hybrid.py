@@ -71,6 +71,7 @@ class LinearState:
 
     S: torch.Tensor
     conv: torch.Tensor                 # [B, channels, conv_kernel - 1]
+    log_decay: torch.Tensor | None = None  # [B, H] sum of g over the tokens of the call that made S (G_C of a chunk)
 
 
 @dataclass
@@ -164,7 +165,7 @@ class GatedDeltaNet(nn.Module):
         o, S, _ = chunk_gated_delta(q, k, v, g, b.sigmoid(), initial_state=None if state is None else state.S,
                                     chunk_size=self.chunk_size, with_drift=False)
         o = self.norm(o.to(x.dtype)) * F.silu(self.z(x).reshape(B, T, self.H, self.dk))
-        return self.out(o.reshape(B, T, -1)), LinearState(S, padded[..., padded.shape[-1] - (self.K - 1):])
+        return self.out(o.reshape(B, T, -1)), LinearState(S, padded[..., padded.shape[-1] - (self.K - 1):], g.sum(1))
 
 
 class Attention(nn.Module):

@@ -15,7 +15,10 @@ lower-triangular system ``(I + A) U = diag(beta) (V - diag(e^G) K S_0)`` with
 and ``S_C = e^{G_C} S_0 + K^T diag(e^{G_C - G}) U``.
 
 Drift of a chunk (third-party reading of Eq. 3), per head: ``||S_after - S_before||_F / (||S_before||_F + eps)``
-(``drift_norm="relative"``, the spec default) or the numerator alone (``"absolute"``).
+(``drift_norm="relative"``, the spec default) or the numerator alone (``"absolute"``). The change is the raw one
+(``drift_source="raw"``, the spec default: it includes the decay ``(e^{G_C} - 1) S_before``) or the write term
+alone (``"write"``: ``S_after - e^{G_C} S_before``, the spec's ambiguity 3, given the chunk's cumulative log-decay
+``G_C``), so that a head whose gate forgets fast does not drift by decay alone.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import math
 import torch
 
 DRIFT_NORMS = ("relative", "absolute")
+DRIFT_SOURCES = ("raw", "write")
 
 
 def _check(q, k, v, g, beta):
@@ -36,11 +40,21 @@ def _check(q, k, v, g, beta):
 
 
 def state_drift(before: torch.Tensor, after: torch.Tensor, *, drift_norm: str = "relative",
-                eps: float = 1e-6) -> torch.Tensor:
-    """Per-head drift ``||after - before||_F / (||before||_F + eps)`` over the last two dims (spec ambiguity 1)."""
+                eps: float = 1e-6, drift_source: str = "raw", log_decay: torch.Tensor | None = None) -> torch.Tensor:
+    """Per-head drift ``||after - before||_F / (||before||_F + eps)`` over the last two dims (spec ambiguity 1);
+    with ``drift_source="write"`` the change is ``after - e^{log_decay} before`` (ambiguity 3), ``log_decay`` the
+    chunk's cumulative log-decay ``G_C`` per head (the shape of ``before`` without its last two dims)."""
     if drift_norm not in DRIFT_NORMS:
         raise ValueError(f"drift_norm must be one of {DRIFT_NORMS}, got {drift_norm!r}")
-    change = torch.linalg.matrix_norm((after - before).float())
+    if drift_source not in DRIFT_SOURCES:
+        raise ValueError(f"drift_source must be one of {DRIFT_SOURCES}, got {drift_source!r}")
+    if drift_source == "write":
+        if log_decay is None:
+            raise ValueError("drift_source='write' needs the chunk's cumulative log-decay (log_decay)")
+        before_decayed = log_decay.to(before.device, torch.float32).exp()[..., None, None] * before.float()
+        change = torch.linalg.matrix_norm(after.float() - before_decayed)
+    else:
+        change = torch.linalg.matrix_norm((after - before).float())
     if drift_norm == "absolute":
         return change
     return change / (torch.linalg.matrix_norm(before.float()) + eps)

@@ -5,13 +5,19 @@ Protocol for one stream of ``P + M + 1`` tokens ``x_0 .. x_{P+M}`` and a trained
 1. **Prefix.** Feed ``x_0 .. x_{P-1}`` in chunks of ``chunk_tokens`` carrying the state. For each chunk ``c`` record
    every gated-DeltaNet layer's state before and after it and score
    ``delta_c = mean_layers mean_heads ||S_after - S_before||_F / (||S_before||_F + eps)`` (spec Eq. 3 reading,
-   :func:`agentpost.deltas.rule.state_drift`). Each full-attention KV entry (one per prefix token, shared by all
+   :func:`agentpost.deltas.rule.state_drift`; the spec's ambiguities 2-3 are parameters: ``layer_agg`` and
+   ``head_agg`` mean or max, ``drift_source`` raw or write term only). Each full-attention KV entry (one per prefix token, shared by all
    attention layers and heads) is tagged with its position, its chunk, its chunk's drift and its key norm (mean over
    heads and attention layers).
 2. **Evict.** At a budget of ``round(f * P)`` entries each policy keeps sinks + recent window + its best-scored middle
    entries (:mod:`agentpost.deltas.retention`); the linear states are untouched; kept entries keep their positions.
 3. **Score.** Feed the continuation inputs ``x_P .. x_{P+M-1}`` on the pruned state (their own KV is appended, never
    evicted) and take the next-token NLL of ``x_{P+1} .. x_{P+M}``, mean over the ``M`` targets (nats/token).
+
+References read every cut against: ``full`` (no eviction), ``sinks_recent`` (only the sinks and the recent window:
+the whole middle evicted, the worst any policy can do at any budget) and ``no_kv`` (no prefix KV at all). The
+*headroom* of a stream, NLL(sinks_recent) - NLL(full), bounds the difference any two retention policies can make
+on it; a policy's *gap recovered* is the share of that headroom it wins back.
 
 The attention reference scores each prefix entry by the attention mass the continuation's queries give it under the
 full cache (mean over attention layers, heads and queries): it sees the future, so it is a query-aware upper
@@ -28,9 +34,13 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
-from agentpost.deltas.hybrid import HybridForCausalLM, HybridState
+from agentpost.deltas.hybrid import HybridForCausalLM, HybridState, LinearState
 from agentpost.deltas.retention import CacheEntries, make_policy
-from agentpost.deltas.rule import state_drift
+from agentpost.deltas.rule import DRIFT_SOURCES, state_drift
+
+AGGREGATIONS = ("mean", "max")
+#: Reference cuts every stream is scored under, besides the policies (see the module docstring).
+REFERENCES = ("full", "sinks_recent", "no_kv")
 
 
 @dataclass
@@ -40,34 +50,55 @@ class PrefixRecord:
     state: HybridState
     entries: CacheEntries
     chunk_drift: torch.Tensor          # [n_chunks]
+    #: [n_chunks, layers, heads] share of each head's raw change that is decay alone,
+    #: ||(e^G - 1) S_before|| / ||S_after - S_before|| (1 = the head drifts by forgetting only)
+    decay_share: torch.Tensor
+
+
+def _aggregate(x: torch.Tensor, how: str, dim: int) -> torch.Tensor:
+    if how not in AGGREGATIONS:
+        raise ValueError(f"aggregation must be one of {AGGREGATIONS}, got {how!r}")
+    return x.mean(dim) if how == "mean" else x.amax(dim)
 
 
 @torch.no_grad()
 def read_prefix(model: HybridForCausalLM, prefix: torch.Tensor, chunk_tokens: int, *, drift_norm: str = "relative",
-                eps: float = 1e-6) -> PrefixRecord:
-    """Step 1 of the protocol on a 1-D token tensor ``prefix``."""
+                eps: float = 1e-6, drift_source: str = "raw", layer_agg: str = "mean",
+                head_agg: str = "mean") -> PrefixRecord:
+    """Step 1 of the protocol on a 1-D token tensor ``prefix``: per chunk, each DeltaNet head's drift
+    (``drift_source``), aggregated over heads (``head_agg``) then layers (``layer_agg``)."""
     if prefix.dim() != 1 or prefix.numel() < 1:
         raise ValueError(f"prefix must be a non-empty 1-D token tensor, got shape {tuple(prefix.shape)}")
     if chunk_tokens < 1:
         raise ValueError(f"chunk_tokens must be >= 1, got {chunk_tokens}")
+    if drift_source not in DRIFT_SOURCES:
+        raise ValueError(f"drift_source must be one of {DRIFT_SOURCES}, got {drift_source!r}")
+    for how in (layer_agg, head_agg):
+        _aggregate(torch.zeros(1), how, 0)
     device = next(model.parameters()).device
     ids = prefix.to(device)[None]
-    state, drifts = None, []
+    state, drifts, shares = None, [], []
     for c0 in range(0, ids.shape[1], chunk_tokens):
         before = None if state is None else state.linear_states()
         state = model(ids[:, c0:c0 + chunk_tokens], state=state).state
         after = state.linear_states()
+        decays = [s.log_decay for s in state.layers if isinstance(s, LinearState)]
         if before is None:
             before = [torch.zeros_like(s) for s in after]
-        per_layer = [state_drift(b, a, drift_norm=drift_norm, eps=eps).mean() for b, a in zip(before, after)]
-        drifts.append(torch.stack(per_layer).mean())
+        per_head = torch.stack([state_drift(b, a, drift_norm=drift_norm, eps=eps, drift_source=drift_source,
+                                            log_decay=g)[0] for b, a, g in zip(before, after, decays)])  # [L, H]
+        drifts.append(_aggregate(_aggregate(per_head, head_agg, 1), layer_agg, 0))
+        decay_part = torch.stack([torch.linalg.matrix_norm((g.exp()[..., None, None] - 1) * b.float())[0]
+                                  for b, g in zip(before, decays)])
+        raw = torch.stack([torch.linalg.matrix_norm((a - b).float())[0] for b, a in zip(before, after)])
+        shares.append(decay_part / raw.clamp_min(eps))
     chunk_drift = torch.stack(drifts).cpu()
     n = ids.shape[1]
     chunk_ids = torch.arange(n) // chunk_tokens
     key_norm = torch.stack([c.keys[0].norm(dim=-1).mean(0) for c in state.attention_caches()]).mean(0).cpu()
     entries = CacheEntries(positions=torch.arange(n), chunk_ids=chunk_ids, drift=chunk_drift[chunk_ids],
                            key_norm=key_norm)
-    return PrefixRecord(state, entries, chunk_drift)
+    return PrefixRecord(state, entries, chunk_drift, torch.stack(shares).cpu())
 
 
 @torch.no_grad()
@@ -112,21 +143,30 @@ def protected_mask(entries: CacheEntries, n_sinks: int, n_recent: int) -> torch.
 @torch.no_grad()
 def stream_budget_rows(model: HybridForCausalLM, tokens: torch.Tensor, prefix_tokens: int, chunk_tokens: int,
                        budget_fractions, policies, *, n_sinks: int, n_recent: int, buckets: int = 4,
-                       retention: str = "bucketed", drift_norm: str = "relative", random_seed: int = 0) -> dict:
+                       retention: str = "bucketed", drift_norm: str = "relative", drift_source: str = "raw",
+                       layer_agg: str = "mean", head_agg: str = "mean", random_seed: int = 0) -> dict:
     """The protocol on one stream ``tokens`` (``P + M + 1`` ids). Returns ``{"nll": rows, "overlap": rows,
-    "chunks": frame}``: continuation NLL per (budget, policy) plus ``full``; per budget and policy the share of the
-    attention reference's kept middle entries that the policy also keeps; drift and attention mass per chunk."""
+    "chunks": frame}``: continuation NLL per (budget, policy) plus one row per :data:`REFERENCES` cut (budget_frac
+    NaN); per budget and policy the share of the attention reference's kept middle entries that the policy also
+    keeps; drift, decay share (mean over heads) and attention mass per chunk."""
     if tokens.numel() < prefix_tokens + 2:
         raise ValueError(f"a stream needs at least prefix_tokens + 2 = {prefix_tokens + 2} tokens, got {tokens.numel()}")
-    record = read_prefix(model, tokens[:prefix_tokens], chunk_tokens, drift_norm=drift_norm)
+    record = read_prefix(model, tokens[:prefix_tokens], chunk_tokens, drift_norm=drift_norm,
+                         drift_source=drift_source, layer_agg=layer_agg, head_agg=head_agg)
     continuation = tokens[prefix_tokens:]
     full_nll = continuation_nll(model, record.state, continuation)
     _, mass = continuation_nll(model, record.state, continuation, record_attention=True)
     entries = CacheEntries(record.entries.positions, record.entries.chunk_ids, record.entries.drift,
                            record.entries.key_norm, attention=mass)
-    nll_rows = [{"budget_frac": 1.0, "policy": "full", "kept": len(entries), "nll": float(full_nll.mean())}]
+    protected = protected_mask(entries, n_sinks, n_recent)
+    reference_keeps = {"sinks_recent": torch.nonzero(protected).flatten(), "no_kv": torch.zeros(0, dtype=torch.long)}
+    nll_rows = [{"budget_frac": float("nan"), "policy": "full", "kept": len(entries), "nll": float(full_nll.mean())}]
+    for name, keep in reference_keeps.items():
+        nll = continuation_nll(model, record.state.keep(keep), continuation)
+        nll_rows.append({"budget_frac": float("nan"), "policy": name, "kept": int(keep.numel()),
+                         "nll": float(nll.mean())})
     overlap_rows = []
-    middle = ~protected_mask(entries, n_sinks, n_recent)
+    middle = ~protected
     for frac in budget_fractions:
         budget = budget_tokens(frac, prefix_tokens)
         kept = {}
@@ -149,8 +189,12 @@ def stream_budget_rows(model: HybridForCausalLM, tokens: torch.Tensor, prefix_to
     n_chunks = record.chunk_drift.numel()
     chunk_mass = torch.zeros(n_chunks).index_add_(0, record.entries.chunk_ids, mass)
     chunks = pd.DataFrame({"chunk": np.arange(n_chunks), "drift": record.chunk_drift.numpy(),
+                           "decay_share": record.decay_share.mean(dim=(1, 2)).numpy(),
                            "attention_mass": chunk_mass.numpy()})
-    return {"nll": nll_rows, "overlap": overlap_rows, "chunks": chunks}
+    heads = pd.DataFrame([{"chunk": c, "layer": l, "head": h, "decay_share": float(record.decay_share[c, l, h])}
+                          for c in range(n_chunks) for l in range(record.decay_share.shape[1])
+                          for h in range(record.decay_share.shape[2])])
+    return {"nll": nll_rows, "overlap": overlap_rows, "chunks": chunks, "heads": heads}
 
 
 def sample_streams(ids: torch.Tensor, n: int, length: int, seed: int) -> list[torch.Tensor]:
@@ -162,23 +206,27 @@ def sample_streams(ids: torch.Tensor, n: int, length: int, seed: int) -> list[to
     return [ids[s:s + length] for s in starts.tolist()]
 
 
-def budget_grid(model: HybridForCausalLM, ids: torch.Tensor, seeds, *, n_streams: int, prefix_tokens: int,
+def budget_grid(model: HybridForCausalLM, ids: torch.Tensor, seed: int, *, n_streams: int, prefix_tokens: int,
                 continuation_tokens: int, chunk_tokens: int, budget_fractions, policies, n_sinks: int,
                 n_recent: int, buckets: int = 4, retention: str = "bucketed", drift_norm: str = "relative",
+                drift_source: str = "raw", layer_agg: str = "mean", head_agg: str = "mean",
                 progress: bool = True) -> dict:
-    """:func:`stream_budget_rows` over ``n_streams`` streams per seed (seed ``s``'s streams are drawn with generator
-    seed ``s``). Returns frames ``nll`` and ``overlap`` (columns seed, stream, ...) and ``chunks`` (seed, stream,
-    chunk, drift, attention_mass). Every budget must leave room beyond the sinks and the recent window."""
+    """:func:`stream_budget_rows` over ``n_streams`` streams drawn with generator seed ``seed`` (one run = one
+    seed; stream ``i``'s random policy uses seed ``1000 * seed + i``). Returns frames ``nll`` and ``overlap``
+    (column stream, ...), ``chunks`` (stream, chunk, drift, decay_share, attention_mass) and ``heads`` (stream,
+    chunk, layer, head, decay_share). Every budget must leave room beyond the sinks and the recent window."""
     check_budgets(budget_fractions, prefix_tokens, n_sinks, n_recent)
-    out = {"nll": [], "overlap": [], "chunks": []}
-    jobs = [(s, i, w) for s in seeds
-            for i, w in enumerate(sample_streams(ids, n_streams, prefix_tokens + continuation_tokens + 1, s))]
-    for seed, i, window in tqdm(jobs, desc="LM streams", disable=not progress):
+    out = {"nll": [], "overlap": [], "chunks": [], "heads": []}
+    windows = sample_streams(ids, n_streams, prefix_tokens + continuation_tokens + 1, seed)
+    for i, window in enumerate(tqdm(windows, desc="LM streams", disable=not progress)):
         res = stream_budget_rows(model, window, prefix_tokens, chunk_tokens, budget_fractions, policies,
                                  n_sinks=n_sinks, n_recent=n_recent, buckets=buckets, retention=retention,
-                                 drift_norm=drift_norm, random_seed=1000 * seed + i)
-        out["nll"] += [{"seed": seed, "stream": i, **r} for r in res["nll"]]
-        out["overlap"] += [{"seed": seed, "stream": i, **r} for r in res["overlap"]]
-        out["chunks"].append(res["chunks"].assign(seed=seed, stream=i))
+                                 drift_norm=drift_norm, drift_source=drift_source, layer_agg=layer_agg,
+                                 head_agg=head_agg, random_seed=1000 * seed + i)
+        out["nll"] += [{"stream": i, **r} for r in res["nll"]]
+        out["overlap"] += [{"stream": i, **r} for r in res["overlap"]]
+        out["chunks"].append(res["chunks"].assign(stream=i))
+        out["heads"].append(res["heads"].assign(stream=i))
     return {"nll": pd.DataFrame(out["nll"]), "overlap": pd.DataFrame(out["overlap"]),
-            "chunks": pd.concat(out["chunks"], ignore_index=True)}
+            "chunks": pd.concat(out["chunks"], ignore_index=True), "heads": pd.concat(out["heads"], ignore_index=True),
+            "windows": windows}

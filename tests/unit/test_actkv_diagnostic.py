@@ -2,7 +2,8 @@
 
 import pytest
 
-from agentpost.actkv.diagnostic import VARIANTS, budget_for, diag_trace, run_grid
+from agentpost.actkv.budget import round_half_up
+from agentpost.actkv.diagnostic import VARIANTS, budget_for, budget_terms, diag_trace, per_item, run_grid
 from agentpost.models.lm import tiny_random_lm
 from agentpost.models.tokenizer import load_tokenizer
 
@@ -36,16 +37,50 @@ def test_compress_points_follow_the_observation(setup):
 @pytest.mark.claim("actkv", "C3")
 def test_grid_fullkv_is_its_own_reference(setup):
     model, _, tr = setup
-    df = run_grid(model, {42: [tr]}, ratios=(0.25,), chunk=32, variants=VARIANTS)
+    df = run_grid(model, [tr], ratios=(0.25,), chunk=32, variants=VARIANTS)
     full = df[df.method == "fullkv"].iloc[0]
     assert full.nll_increase_nats == 0 and full.top1_agreement == 1 and full.peak_frac == 1
     assert set(df.method) == {"fullkv", "streamingllm", "h2o", "snapkv", "rkv", "actkv", "actkv+budget",
                               "h2o_normalised", "snapkv_query_head"}
     assert (df.peak_frac <= 1).all()
     assert (df[df.method.str.startswith("actkv")].peak_within_bound == 1).all()
-    assert budget_for(tr, 0.25) == round(0.25 * len(tr))
+    outcomes = per_item(df, 0.25, "nll_increase_nats")
+    assert "fullkv" not in outcomes and set(outcomes["actkv"]) == {tr.trace_id}
+    assert outcomes["actkv"][tr.trace_id] == df[(df.method == "actkv")].nll_increase_nats.iloc[0]
+
+
+def test_round_half_up_is_not_bankers_rounding():
+    assert [round_half_up(x) for x in (104.5, 105.5, 0.5, 2.4999, -0.5)] == [105, 106, 1, 2, 0]
+    assert round(104.5) == 104  # the surprise it avoids
+
+
+def test_budget_readings_by_hand(setup):
+    _, _, tr = setup
+    n, prefix = len(tr), tr.layout.prefix_len
+    # evictable (actkv.md): B = ratio * n rounded half up, the prefix on top
+    assert budget_for(tr, 0.5) == (n + 1) // 2
+    terms = budget_terms(tr, 0.5)
+    assert terms["B"] == (n + 1) // 2 and terms["total_per_head"] == prefix + (n + 1) // 2
+    assert terms["kvpress_compression_ratio"] == pytest.approx(1 - (prefix + (n + 1) // 2) / n)
+    # total (kvpress): ratio * n is everything a head keeps, prefix included
+    total = budget_terms(tr, 0.9, "total")
+    assert total["total_per_head"] == round_half_up(0.9 * n) and total["B"] == total["total_per_head"] - prefix
+    assert total["kvpress_compression_ratio"] == pytest.approx(1 - total["total_per_head"] / n)
+    with pytest.raises(ValueError, match="protected prefix"):
+        budget_for(tr, prefix / n / 2, "total")
     with pytest.raises(ValueError, match="budget ratio"):
         budget_for(tr, 0)
+    with pytest.raises(ValueError, match="budget_reading"):
+        budget_for(tr, 0.5, "kvpress")
+
+
+def test_budget_ratio_is_read_as_its_decimal():
+    from agentpost.actkv.diagnostic import DiagTrace
+    from agentpost.actkv.regions import RoundLayout
+
+    tr = DiagTrace("t", tuple(range(835)), RoundLayout(5, ((5, 835),), (False,) * 835, ()), ())
+    assert budget_for(tr, 0.1) == 84  # 83.5 rounds up
+    assert budget_for(tr, 0.3) == 251  # 250.5 rounds up
 
 
 @pytest.mark.claim("actkv", "C3")

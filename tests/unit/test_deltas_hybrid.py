@@ -113,13 +113,17 @@ def test_budget_evaluator_rows_and_full_budget_matches_the_ceiling():
     ids = torch.randint(0, 50, (29,))
     res = stream_budget_rows(model, ids, prefix_tokens=20, chunk_tokens=4, budget_fractions=[0.5, 1.0],
                              policies=["drift", "recency", "random", "key_norm", "attention"], n_sinks=2, n_recent=4)
-    nll = {(r["budget_frac"], r["policy"]): r for r in res["nll"]}
-    assert nll[(1.0, "full")]["kept"] == 20
+    nll = {(r["budget_frac"] if r["budget_frac"] == r["budget_frac"] else "ref", r["policy"]): r for r in res["nll"]}
+    assert nll[("ref", "full")]["kept"] == 20
+    assert nll[("ref", "sinks_recent")]["kept"] == 2 + 4 and nll[("ref", "no_kv")]["kept"] == 0
     for p in ("drift", "recency", "random", "key_norm", "attention"):
         assert nll[(0.5, p)]["kept"] == 10
-        assert nll[(1.0, p)]["nll"] == nll[(1.0, "full")]["nll"]  # budget 100% keeps everything
-    # recency at 50% keeps sinks 0, 1 and the newest 8 entries: the same as evicting them by hand
+        assert nll[(1.0, p)]["nll"] == nll[("ref", "full")]["nll"]  # budget 100% keeps everything
+    # sinks_recent is the cut that evicts the whole middle: sinks 0, 1 and the newest 4 entries, by hand
     record = read_prefix(model, ids[:20], chunk_tokens=4)
+    by_hand = continuation_nll(model, record.state.keep(torch.tensor([0, 1, 16, 17, 18, 19])), ids[20:])
+    assert nll[("ref", "sinks_recent")]["nll"] == pytest.approx(float(by_hand.mean()), abs=1e-6)
+    # recency at 50% keeps sinks 0, 1 and the newest 8 entries: the same as evicting them by hand
     by_hand = continuation_nll(model, record.state.keep(torch.tensor([0, 1] + list(range(12, 20)))), ids[20:])
     assert nll[(0.5, "recency")]["nll"] == pytest.approx(float(by_hand.mean()), abs=1e-6)
     over = {(r["budget_frac"], r["policy"]): r["overlap"] for r in res["overlap"]}
@@ -140,14 +144,81 @@ def test_chunk_drift_is_the_mean_relative_state_change():
     assert torch.equal(record.entries.drift, record.chunk_drift[torch.arange(12) // 4])
 
 
+def test_drift_readings_write_term_and_aggregations_by_hand():
+    model = tiny_model()
+    ids = torch.randint(0, 50, (12,))
+    with torch.no_grad():
+        s4 = model(ids[None, :4]).state
+        s8 = model(ids[None, 4:8], state=s4).state
+    lin4 = [l for l in s4.layers if hasattr(l, "S")]
+    lin8 = [l for l in s8.layers if hasattr(l, "S")]
+    # write term only: S_after - e^{G_C} S_before, G_C the chunk's summed log-decay per head (spec ambiguity 3)
+    write = torch.stack([((b.S - b.log_decay.exp()[..., None, None] * a.S).norm(dim=(-2, -1))
+                          / (a.S.norm(dim=(-2, -1)) + 1e-6))[0] for a, b in zip(lin4, lin8)])  # [L, H]
+    raw = torch.stack([((b.S - a.S).norm(dim=(-2, -1)) / (a.S.norm(dim=(-2, -1)) + 1e-6))[0]
+                       for a, b in zip(lin4, lin8)])
+    cases = {("write", "mean", "mean"): write.mean(), ("raw", "max", "mean"): raw.mean(1).max(),
+             ("raw", "mean", "max"): raw.max(1).values.mean(), ("write", "max", "max"): write.max()}
+    for (source, layer_agg, head_agg), want in cases.items():
+        rec = read_prefix(model, ids, chunk_tokens=4, drift_source=source, layer_agg=layer_agg, head_agg=head_agg)
+        assert float(rec.chunk_drift[1]) == pytest.approx(float(want), rel=1e-5), (source, layer_agg, head_agg)
+    # decay share: the part of the raw change that is forgetting alone, ||(e^G - 1) S_before|| / ||S_after - S_before||
+    share = torch.stack([((b.log_decay.exp()[..., None, None] - 1) * a.S).norm(dim=(-2, -1))[0]
+                         / (b.S - a.S).norm(dim=(-2, -1))[0] for a, b in zip(lin4, lin8)])
+    torch.testing.assert_close(read_prefix(model, ids, chunk_tokens=4).decay_share[1], share, rtol=1e-5, atol=1e-6)
+    with pytest.raises(ValueError, match="drift_source"):
+        read_prefix(model, ids, chunk_tokens=4, drift_source="gate")
+    with pytest.raises(ValueError, match="aggregation"):
+        read_prefix(model, ids, chunk_tokens=4, layer_agg="median")
+
+
+def test_write_term_drift_of_a_stored_pair_under_decay_by_hand():
+    from agentpost.deltas.rule import state_drift
+
+    # S maps e1 -> v = (0.5, -2, 1) and e2 -> (1, 1, 1); with alpha = 0.5, beta = 0.5 writing (e1, v) again gives
+    # S' = alpha S + beta (1 - alpha) e1 v^T, so S' - alpha S = 0.25 e1 v^T: write drift 0.25 |v| / |S|
+    k, v = torch.tensor([1.0, 0.0, 0.0]), torch.tensor([0.5, -2.0, 1.0])
+    S = (torch.outer(k, v) + torch.outer(torch.tensor([0.0, 1.0, 0.0]), torch.ones(3)))[None, None]
+    S_new = 0.5 * S + 0.25 * torch.outer(k, v)[None, None]
+    g = torch.full((1, 1), float(np.log(0.5)))
+    got = state_drift(S, S_new, drift_source="write", log_decay=g)
+    assert float(got) == pytest.approx(0.25 * 5.25 ** 0.5 / (8.25 ** 0.5 + 1e-6), rel=1e-6)
+    assert float(state_drift(S, S_new)) > float(got)  # raw drift also counts the decay
+    with pytest.raises(ValueError, match="log_decay"):
+        state_drift(S, S_new, drift_source="write")
+
+
 def test_budget_grid_frames_and_bad_input():
     model = tiny_model()
     ids = torch.randint(0, 50, (200,))
-    grid = budget_grid(model, ids, seeds=[1, 2], n_streams=2, prefix_tokens=12, continuation_tokens=4, chunk_tokens=4,
+    grid = budget_grid(model, ids, 1, n_streams=2, prefix_tokens=12, continuation_tokens=4, chunk_tokens=4,
                        budget_fractions=[0.5], policies=["drift", "attention"], n_sinks=1, n_recent=2, progress=False)
-    assert set(grid["nll"].seed) == {1, 2} and len(grid["nll"]) == 2 * 2 * 3
+    assert set(grid["nll"].stream) == {0, 1} and len(grid["nll"]) == 2 * (3 + 2)
+    other = budget_grid(model, ids, 2, n_streams=2, prefix_tokens=12, continuation_tokens=4, chunk_tokens=4,
+                        budget_fractions=[0.5], policies=["drift", "attention"], n_sinks=1, n_recent=2, progress=False)
+    assert grid["nll"].nll.tolist() != other["nll"].nll.tolist()  # another seed draws other streams
+    from agentpost.deltas.diagnostic import gap_recovered, headroom
+
+    def diag_gap(frame):
+        return gap_recovered(frame, ["drift", "attention"])
+
+    room = headroom(grid["nll"])
+    assert (room.headroom == room.sinks_recent - room.full).all() and len(room) == 2
+    rec = gap_recovered(grid["nll"], ["drift", "attention"])
+    nll = grid["nll"]
+    mean = lambda p: nll[nll.policy == p].nll.mean()  # noqa: E731
+    want = (mean("sinks_recent") - mean("drift")) / (mean("sinks_recent") - mean("full"))
+    if mean("sinks_recent") > mean("full"):
+        assert rec.drift.item() == pytest.approx(want)
+    else:  # no gap to recover: undefined, not a ratio of two signs
+        assert rec.drift.isna().all()
+    flipped = nll.assign(nll=[v if p != "sinks_recent" else v + 1.0 for p, v in zip(nll.policy, nll.nll)])
+    want = (mean("sinks_recent") + 1.0 - mean("drift")) / (mean("sinks_recent") + 1.0 - mean("full"))
+    assert diag_gap(flipped).drift.item() == pytest.approx(want)
+    no_gap = nll.assign(nll=[v if p != "sinks_recent" else -1.0 for p, v in zip(nll.policy, nll.nll)])
+    assert diag_gap(no_gap).drift.isna().all()
     with pytest.raises(ValueError, match="leaves nothing to choose"):
-        budget_grid(model, ids, seeds=[1], n_streams=1, prefix_tokens=12, continuation_tokens=4, chunk_tokens=4,
+        budget_grid(model, ids, 1, n_streams=1, prefix_tokens=12, continuation_tokens=4, chunk_tokens=4,
                     budget_fractions=[0.25], policies=["drift"], n_sinks=1, n_recent=2, progress=False)
     with pytest.raises(ValueError, match="prefix_tokens"):
         stream_budget_rows(model, ids[:5], 12, 4, [0.5], ["drift"], n_sinks=1, n_recent=2)

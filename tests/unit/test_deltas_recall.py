@@ -4,7 +4,7 @@ drift retention keeps the facts at a budget that fits them."""
 import pytest
 import torch
 
-from agentpost.deltas.diagnostic import drift_separation, paired_vs_baselines, recall_grid
+from agentpost.deltas.diagnostic import drift_separation, per_item, recall_grid
 from agentpost.deltas.recall import RecallStreamSpec, make_stream, recall_after_retention
 
 SPEC = RecallStreamSpec(n_facts=4, n_distractor_chunks=12, n_distractor_kinds=2, chunk_size=8)
@@ -36,13 +36,23 @@ def test_stream_is_deterministic_under_its_seed_and_changes_with_it():
     assert not torch.equal(a.keys, c.keys)
 
 
-def test_grid_and_paired_comparison_shapes():
+def test_grid_and_per_item_outcomes():
     grid = recall_grid(SPEC, seeds=[0, 1, 2], budget_fractions=[0.5], policies=["drift", "recency", "random",
                                                                               "key_norm"], progress=False)
     assert len(grid) == 3 * 1 * 4 * SPEC.n_facts
-    res = paired_vs_baselines(grid, SPEC, 0.5, min_effect=0.1)
-    assert set(res) == {"recency", "random", "key_norm"}
-    assert all(r.n_seeds == 3 for r in res.values())
+    out = per_item(grid, "recalled", ["seed", "fact"])
+    assert set(out) == {"drift", "recency", "random", "key_norm"}
+    assert sorted(out["drift"]) == sorted(f"{s}:{f}" for s in range(3) for f in range(SPEC.n_facts))
+    row = grid[(grid.policy == "random") & (grid.seed == 2) & (grid.fact == 1)].recalled.item()
+    assert out["random"]["2:1"] == row
+
+
+def test_two_run_seeds_draw_different_streams_and_random_keeps():
+    # the notebook's streams of run seed s are 1000 s + i: two run seeds must give different per-fact outcomes
+    a = recall_grid(SPEC, seeds=[42000, 42001], budget_fractions=[0.25], policies=["drift", "random"], progress=False)
+    b = recall_grid(SPEC, seeds=[43000, 43001], budget_fractions=[0.25], policies=["drift", "random"], progress=False)
+    assert not torch.equal(make_stream(SPEC, 42000).keys, make_stream(SPEC, 43000).keys)
+    assert a.recalled.tolist() != b.recalled.tolist()
 
 
 def test_bad_spec_is_refused_by_field():
