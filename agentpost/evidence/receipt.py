@@ -35,7 +35,8 @@ NOTEBOOK_NAME = "notebook.ipynb"
 RUNS_DIR = "book/runs"
 ADHOC_DIR = "ad-hoc"
 
-#: What counts as "the code" of a run: the library, its assets, the kernels and the build configuration.
+#: What counts as "the code" of a run: the library, its assets, the kernels and the build configuration, in the
+#: folder the library was imported from (:func:`code_root`).
 CODE_PATTERNS = ("agentpost/**/*.py", "agentpost/*/assets/**/*", "kernels/**/*.py", "pyproject.toml")
 
 Kind = Literal["profile", "ad-hoc"]
@@ -125,9 +126,18 @@ def source_notebook(chapter_id: str):
     return nbformat.read(get_chapter(chapter_id).notebook, as_version=4)
 
 
+def code_root() -> Path:
+    """The folder holding the ``agentpost`` package this process imported. A run's kernel imports the same one (same
+    interpreter, same environment), so the code hash describes the code that ran, even when ``PYTHONPATH`` or an
+    editable install points elsewhere than the checkout ``AGENTPOST_ROOT`` names."""
+    import agentpost
+
+    return Path(agentpost.__file__).resolve().parent.parent
+
+
 @functools.lru_cache(maxsize=None)
 def code_tree_hash() -> str:
-    return sha256_tree(project_root(), CODE_PATTERNS)
+    return sha256_tree(code_root(), CODE_PATTERNS)
 
 
 def data_hashes(datasets: tuple[str, ...]) -> dict[str, str]:
