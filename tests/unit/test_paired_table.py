@@ -52,7 +52,7 @@ def test_ledger_outcome_reads_the_verdict_from_the_dict(tmp_path):
 
 def test_glue_paired_records_the_dict_form(monkeypatch):
     shown = []
-    monkeypatch.setattr("agentpost.evidence.recording._display", lambda bundle, name, data: shown.append(bundle))
+    monkeypatch.setattr("agentpost.evidence.recording._display", lambda bundle, name, **_: shown.append(bundle))
     r = compare(A, B, meta_a=ArmMeta("c", "d", 1), meta_b=ArmMeta("c", "d", 1), higher_is_better=False,
                 min_effect=0.05)
     glue_paired("paired_b_vs_a", r)
