@@ -8,6 +8,9 @@ Synthetic by construction (no data, no language): it isolates the reward's gradi
 * ``train_sampled``: groups of G sampled actions, rewards from each group's plug-in p_hat
   (:func:`agentpost.madrl.rewards.arm_rewards`), GRPO z-scored advantages and the clipped loss from
   :mod:`agentpost.rl` - the same update the language-model diagnostic uses, with one-token "sequences".
+* ``entropy_regularised_policy`` and ``tempered``: where the two token-space knobs of claim C2 can take the
+  policy (an entropy bonus on the correctness reward; a sampling temperature), and ``best_knob_jsd`` the closest
+  either gets to a target over a grid of settings.
 """
 
 from __future__ import annotations
@@ -120,3 +123,33 @@ def train_sampled(arm: str, target, init_logits, *, steps: int, group_size: int,
         pis.append(torch.softmax(theta.detach(), -1))
     pi = torch.stack(pis)
     return BanditRun(pi.numpy(), np.array([jsd(p, p_raw) for p in pi]), threshold)
+
+
+def entropy_regularised_policy(q_correct, beta: float) -> torch.Tensor:
+    """argmax_pi E_pi[q] + beta H(pi) = softmax(q / beta) (Gibbs' variational principle): the fixed point of the
+    correctness reward with an entropy bonus of weight ``beta`` > 0 (equivalently, per-action reward q_c - beta log
+    pi_c, whose exact policy gradient is the gradient of that objective; tested)."""
+    if not beta > 0:
+        raise ValueError(f"entropy bonus beta must be > 0, got {beta}")
+    return torch.softmax(torch.as_tensor(q_correct, dtype=torch.float64) / beta, -1)
+
+
+def tempered(pi, temperature: float) -> torch.Tensor:
+    """Sampling distribution pi^(1/T) / sum pi^(1/T) of a policy ``pi`` at temperature T > 0 (it keeps pi's order
+    of the categories and tends to uniform as T grows)."""
+    if not temperature > 0:
+        raise ValueError(f"temperature must be > 0, got {temperature}")
+    return torch.softmax(torch.log(torch.as_tensor(pi, dtype=torch.float64)) / temperature, -1)
+
+
+def best_knob_jsd(target, *, q_correct, policies: dict, betas, temperatures) -> dict:
+    """The smallest JSD to ``target`` that each token-space knob reaches over its grid (claim C2): ``entropy`` over
+    ``betas`` (:func:`entropy_regularised_policy`) and ``temperature:<name>`` over ``temperatures`` applied to each
+    policy of ``policies`` ({name: pi}). Returns {knob: (best JSD, best setting)}."""
+    p_star = as_distribution(target, "target")
+    if not len(betas) or not len(temperatures):
+        raise ValueError("best_knob_jsd needs non-empty betas and temperatures grids")
+    out = {"entropy": min((jsd(entropy_regularised_policy(q_correct, b), p_star), float(b)) for b in betas)}
+    for name, pi in policies.items():
+        out[f"temperature:{name}"] = min((jsd(tempered(pi, t), p_star), float(t)) for t in temperatures)
+    return out

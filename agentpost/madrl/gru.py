@@ -1,6 +1,7 @@
 """A character-level GRU language model for the fastest MaD-RL mechanism run, pretrained by the project.
 
-Pretraining (supervised, next character) on GSM8K train: each example is a question's last ``prompt_chars``
+Pretraining (supervised, next character) on GSM8K train minus the validation split
+(:func:`agentpost.madrl.task.split_validation`, which selects the RL learning rates): each example is a question's last ``prompt_chars``
 characters, left-padded with ``<pad>`` to that length, a newline, then the first calculator annotation of the
 reference solution and ``<eos>``; the loss covers the completion only. Train and write the committed checkpoint
 (``assets/gsm8k-char-gru/``: ``config.json``, ``model.safetensors``, ``receipt.json``)::
@@ -130,12 +131,13 @@ def pretrain(config: GRUConfig, *, steps: int, batch_size: int, lr: float, seed:
 
     from agentpost.data import files_read
     from agentpost.evidence.hashing import sha256_file
-    from agentpost.madrl.task import load_problems
+    from agentpost.madrl.task import load_problems, split_validation
     from agentpost.models.schedules import warmup_cosine
 
     torch.manual_seed(seed)
     gen = torch.Generator().manual_seed(seed)
-    train, test = load_problems("train"), load_problems("test")
+    train, _validation = split_validation(load_problems("train"))
+    test = load_problems("test")
     model = CharGRU(config)
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: warmup_cosine(s, steps, 1.0, max(1, steps // 20)))
@@ -160,7 +162,7 @@ def pretrain(config: GRUConfig, *, steps: int, batch_size: int, lr: float, seed:
         "config": asdict(config),
         "steps": steps, "batch_size": batch_size, "lr": lr, "seed": seed,
         "parameters": sum(p.numel() for p in model.parameters()),
-        "train_examples": len(train), "test_examples": len(test),
+        "train_examples": len(train), "validation_examples_excluded": len(_validation), "test_examples": len(test),
         "test_completion_nll_nats_per_char": round(test_nll, 4),
         "data": {k: sha256_file(v) for k, v in files_read().items()},
         "wall_s": round(time.time() - start, 1),

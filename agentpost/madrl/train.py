@@ -164,9 +164,9 @@ def _check_inputs(runs, targets, train, test, cfg) -> dict[str, torch.Tensor]:
 
 
 def _train_group(policy, runs: list[Run], lr: float, tgt, train: list[Problem], cfg: DiagConfig,
-                 gen: torch.Generator, reference, progress: bool) -> list[list[dict]]:
+                 gen: torch.Generator, reference, progress: bool) -> tuple[list[list[dict]], int]:
     """``cfg.steps`` GRPO updates of every copy of ``policy`` (copy a trains run ``runs[a]``); returns the
-    per-run history of training-sample outcome counts and accuracy."""
+    per-run history of training-sample outcome counts and accuracy, and the optimiser steps actually made."""
     opt = torch.optim.Adam(policy.parameters(), lr=lr)
     order = {s: np.random.default_rng(s).permutation(len(train)) for s in {r.seed for r in runs}}
     g, n_p = cfg.group_size, cfg.prompts_per_step
@@ -175,6 +175,7 @@ def _train_group(policy, runs: list[Run], lr: float, tgt, train: list[Problem], 
                      invalid_reward=cfg.invalid_reward, phat_scope=cfg.phat_scope, form=cfg.reward_form,
                      task_reward_weight=cfg.task_reward_weight, mixture_divergence=cfg.mixture_divergence)
     history = [[] for _ in runs]
+    updates = 0
     for step in tqdm(range(cfg.steps), desc=f"MaD-RL updates (lr {lr:g}, {len(runs)} runs)", disable=not progress,
                      mininterval=10):
         enc = [policy.encode([train[i] for i in order[r.seed][step * n_p:(step + 1) * n_p]]) for r in runs]
@@ -205,7 +206,8 @@ def _train_group(policy, runs: list[Run], lr: float, tgt, train: list[Problem], 
             opt.zero_grad()
             loss.backward()
             opt.step()
-    return history
+            updates += 1
+    return history, updates
 
 
 def run_diagnostic(make_policy: PolicyFactory, runs: list[Run], targets: dict[str, list[float]],
@@ -214,25 +216,27 @@ def run_diagnostic(make_policy: PolicyFactory, runs: list[Run], targets: dict[st
     """Train every run for ``cfg.steps`` updates on ``train`` prompts and evaluate on ``cfg.eval_prompts`` of
     ``test`` (held-out test prompts, or the validation split during selection).
 
-    Returns ``history`` (per run and step: training-sample outcome counts [K+1] and accuracy), ``final`` and
-    ``initial`` evaluations (per run: per-prompt extended JSD, accuracy, pooled counts)."""
+    Returns ``history`` (per run and step: training-sample outcome counts [K+1] and accuracy), ``updates`` (per
+    run: optimiser steps actually made), ``final`` and ``initial`` evaluations (per run: per-prompt extended JSD,
+    accuracy, pooled counts) and the ``eval_items``."""
     tgt = _check_inputs(runs, targets, train, test, cfg)
     reference = make_policy(1)
     gen = torch.Generator(device=reference.device).manual_seed(sample_seed)
     eval_items = [test[i] for i in np.random.default_rng(0).permutation(len(test))[:cfg.eval_prompts]]
     initial = evaluate(reference, eval_items, cfg.eval_samples, cfg.max_new_chars, gen)
-    history, final = [None] * len(runs), [None] * len(runs)
+    history, final, updates = [None] * len(runs), [None] * len(runs), [0] * len(runs)
     for lr in sorted({cfg.lr if r.lr is None else r.lr for r in runs}):
         same_lr = [k for k, r in enumerate(runs) if (cfg.lr if r.lr is None else r.lr) == lr]
         cap = cfg.copies_per_policy or len(same_lr)
         for idx in (same_lr[i:i + cap] for i in range(0, len(same_lr), cap)):
             policy = make_policy(len(idx))
-            hist = _train_group(policy, [runs[k] for k in idx], lr, tgt, train, cfg, gen, reference, progress)
+            hist, n_updates = _train_group(policy, [runs[k] for k in idx], lr, tgt, train, cfg, gen, reference,
+                                           progress)
             ev = evaluate(policy, eval_items, cfg.eval_samples, cfg.max_new_chars, gen)
             for a, k in enumerate(idx):
-                history[k], final[k] = hist[a], _summarise(ev, a, tgt[runs[k].target])
+                history[k], final[k], updates[k] = hist[a], _summarise(ev, a, tgt[runs[k].target]), n_updates
             del policy
-    return {"runs": runs, "history": history, "eval_items": eval_items,
+    return {"runs": runs, "history": history, "updates": updates, "eval_items": eval_items,
             "initial": {t: _summarise(initial, 0, tgt[t]) for t in targets}, "final": final}
 
 

@@ -5,7 +5,9 @@ tokens ``y`` after two different prompts. :func:`response_logits` runs one model
 returns the logits that predict each response token, aligned across the two contexts, with a response mask (0 on
 padding). :func:`distill_loss` takes the per-position divergence over the full vocabulary and aggregates it with
 :func:`agentpost.rl.aggregate`; the default ``seq_mean_token_mean`` is eq. 4's per-sequence mean (1/m) sum_t
-followed by the batch mean.
+followed by the batch mean. Spec ambiguity 3 (``kl_support``): the divergence runs over the full vocabulary (the
+paper's main runs) or over the teacher's ``topk`` most likely tokens at each position, both distributions
+renormalised over them (:func:`restrict_support`).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from agentpost.opsd.divergence import divergence
 from agentpost.rl import aggregate
 
 DCE_POSITIONS = ("all", "exclude_eos")
+KL_SUPPORTS = ("full", "topk")
 
 
 def pack(prompts: list[list[int]], responses: list[list[int]], pad_id: int):
@@ -62,8 +65,26 @@ def response_mask(responses: list[list[int]], eos_id: int, positions: str = "all
     return mask
 
 
+def restrict_support(teacher_logits: torch.Tensor, student_logits: torch.Tensor, kl_support: str = "full",
+                     topk: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """Both logits on the support of the divergence (ambiguity 3): ``full`` unchanged; ``topk`` gathered at the
+    teacher's ``topk`` largest logits per position (a softmax over them renormalises both distributions there)."""
+    if kl_support not in KL_SUPPORTS:
+        raise ValueError(f"unknown kl_support {kl_support!r}; use one of {KL_SUPPORTS}")
+    if kl_support == "full":
+        return teacher_logits, student_logits
+    if not 1 <= topk <= teacher_logits.shape[-1]:
+        raise ValueError(f"kl_support='topk' needs 1 <= topk <= vocabulary size {teacher_logits.shape[-1]}, "
+                         f"got {topk}")
+    idx = teacher_logits.detach().topk(topk, dim=-1).indices
+    return teacher_logits.gather(-1, idx), student_logits.gather(-1, idx)
+
+
 def distill_loss(teacher_logits: torch.Tensor, student_logits: torch.Tensor, mask: torch.Tensor, *,
-                 divergence_name: str = "forward_kl", agg: str = "seq_mean_token_mean") -> torch.Tensor:
-    """L_G (eq. 4): per-position divergence(teacher, student) over the vocabulary, aggregated over ``mask``."""
+                 divergence_name: str = "forward_kl", agg: str = "seq_mean_token_mean", kl_support: str = "full",
+                 topk: int = 0) -> torch.Tensor:
+    """L_G (eq. 4): per-position divergence(teacher, student) over the vocabulary (or the teacher's top-k tokens,
+    :func:`restrict_support`), aggregated over ``mask``."""
+    teacher_logits, student_logits = restrict_support(teacher_logits, student_logits, kl_support, topk)
     per_pos = divergence(divergence_name, teacher_logits, student_logits)
     return aggregate(per_pos * mask, mask, agg)

@@ -15,9 +15,9 @@ are fields of :class:`Gates`, defaults from App. M where it gives them):
   thresholds are not given; this threshold is the project's, ambiguity 8).
 
 Not implemented: App. M's "self-contained" check (no continuation fragment, no reference to omitted material),
-which has no counterpart in a one-line arithmetic answer. Answers are compared as in App. M's fallback (the
-``math_verify`` package is not a project dependency): whitespace removed, case-insensitive, ``a:b`` read as
-``a/b``, and equal numbers equal (``24`` = ``24.0``).
+which has no counterpart in a one-line arithmetic answer. Answers are compared by
+:func:`agentpost.opsd.answers.answers_match` (``math_verify``, as App. M), the same check the task's accuracy uses.
+Reflection phrases match whole words only (``await`` does not contain the cue ``wait``).
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from dataclasses import dataclass
 import torch
 
 from agentpost.models.arith_lm import boxed_values
+from agentpost.opsd.answers import answers_match
 from agentpost.rl import aggregate
 
 REFLECTION_PHRASES = ("wait", "actually", "correction", "double-check", "start over")
@@ -51,31 +52,21 @@ GATE_NAMES = ("natural_eos", "max_tokens", "shorter", "no_reflection", "min_toke
               "no_earlier_wrong_box", "no_repetition")
 
 
-def normalise_answer(ans: str) -> str:
-    """Whitespace removed, lower case, ratio ``a:b`` -> ``a/b``, numbers in canonical float form."""
-    s = "".join(ans.split()).lower()
-    s = re.sub(r"^(-?[\d.]+):(-?[\d.]+)$", r"\1/\2", s)
-    try:
-        return repr(float(s))
-    except ValueError:
-        return s
-
-
-def answers_match(a: str, b: str) -> bool:
-    return normalise_answer(a) == normalise_answer(b)
+def has_reflection(text: str, phrases=REFLECTION_PHRASES) -> bool:
+    """Whether ``text`` contains one of ``phrases`` as whole words, case-insensitive (``Wait,`` yes, ``await`` no)."""
+    return any(re.search(rf"(?<!\w){re.escape(p)}(?!\w)", text, flags=re.IGNORECASE) for p in phrases)
 
 
 def gate_results(text: str, n_tokens: int, ended: bool, source_tokens: int, reference: str,
                  gates: Gates = Gates()) -> dict[str, bool]:
     """Each gate's pass/fail for one rewrite of ``n_tokens`` tokens (``ended``: finished with EOS)."""
     boxes = boxed_values(text)
-    lower = text.lower()
     sentences = [s.strip() for s in re.split(r"(?<=[.!?])\s+", text) if s.strip()]
     return {
         "natural_eos": bool(ended and text.strip()),
         "max_tokens": n_tokens <= gates.max_tokens,
         "shorter": n_tokens < source_tokens,
-        "no_reflection": not any(p in lower for p in gates.reflection_phrases),
+        "no_reflection": not has_reflection(text, gates.reflection_phrases),
         "min_tokens": n_tokens >= gates.min_tokens,
         "final_box_correct": bool(boxes) and answers_match(boxes[-1], reference),
         "no_earlier_wrong_box": all(answers_match(b, reference) for b in boxes[:-1]),

@@ -19,7 +19,7 @@ import numpy as np
 
 from agentpost.data import gsm8k
 from agentpost.models import arith_lm as A
-from agentpost.opsd.srcl import answers_match
+from agentpost.opsd.answers import answers_match
 
 LAYOUTS = A.LAYOUTS
 
@@ -47,7 +47,8 @@ class Arithmetic:
         return e.result
 
     def is_correct(self, text: str, e) -> bool:
-        return A.final_answer(text) == e.result
+        ans = A.final_answer(text)
+        return ans is not None and answers_match(ans, e.result)
 
     def wrong_answer(self, e, rng: np.random.Generator) -> str:
         return A.wrong_value(e.result, rng)
@@ -100,10 +101,7 @@ class GSM8KChat:
 
     def is_correct(self, text: str, p) -> bool:
         ans = A.final_answer(text)
-        if ans is None:
-            return False
-        ans = ans.replace(",", "").replace("\\$", "").replace("$", "").rstrip(".")
-        return answers_match(ans, self.reference_answer(p))
+        return ans is not None and answers_match(ans, self.reference_answer(p))
 
     def wrong_answer(self, p, rng: np.random.Generator) -> str:
         """A seeded wrong value (:func:`agentpost.models.arith_lm.wrong_value`); a non-integer answer gets a digit

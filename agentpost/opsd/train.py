@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 
 from agentpost.models import arith_lm as A
-from agentpost.opsd.loss import distill_loss, response_logits, response_mask
+from agentpost.opsd.loss import KL_SUPPORTS, distill_loss, response_logits, response_mask
 from agentpost.opsd.probe import probe
 from agentpost.opsd.srcl import Gates, gate_results, srcl_loss
 from agentpost.opsd.tasks import ARITHMETIC
@@ -47,8 +47,10 @@ class ArmConfig:
     divergence: str = "forward_kl"
     dce_positions: str = "all"
     dce_agg: str = "seq_mean_token_mean"
+    kl_support: str = "full"
+    topk: int = 0
     lambda_g: float = 1.0
-    lambda_s: float = 1.0
+    lambda_s: float = 5e-4  # the paper's ratio lambda_S / lambda_G = 25 / 5e4 (eq. 7, Table 24)
     lr: float = 3e-4
     grad_clip: float = 1.0
     batch: int = 16
@@ -64,6 +66,11 @@ class ArmConfig:
             raise ValueError(f"unknown divergence {self.divergence!r}; known: {sorted(DIVERGENCES)}")
         if self.teacher_layout not in A.LAYOUTS:
             raise ValueError(f"unknown teacher_layout {self.teacher_layout!r}; use one of {A.LAYOUTS}")
+        if self.kl_support not in KL_SUPPORTS or (self.kl_support == "topk" and self.topk < 1):
+            raise ValueError(f"kl_support must be one of {KL_SUPPORTS} (topk >= 1 with 'topk'), got "
+                             f"{self.kl_support!r}, topk={self.topk}")
+        if self.lambda_g < 0 or self.lambda_s < 0:
+            raise ValueError(f"loss weights must be >= 0, got lambda_g={self.lambda_g}, lambda_s={self.lambda_s}")
         for name in ("batch", "updates", "max_new_tokens"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
@@ -90,7 +97,7 @@ def _ids(tok, texts: list[str]) -> list[list[int]]:
 def train_arm(model0, tok, train_items, cfg: ArmConfig, seed: int, *, task=ARITHMETIC, probe_items=(),
               probe_every: int = 0, progress: bool = True) -> tuple[torch.nn.Module, dict]:
     """Train a copy of ``model0`` for ``cfg.updates`` steps on ``task``; returns the student and a log with
-    per-step losses, SRCL acceptance, gate failure counts and the probe curve."""
+    per-step losses, SRCL acceptance, gate failure counts, the probe curve and ``updates`` (optimizer steps made)."""
     from tqdm.auto import tqdm
 
     torch.manual_seed(seed)
@@ -102,7 +109,7 @@ def train_arm(model0, tok, train_items, cfg: ArmConfig, seed: int, *, task=ARITH
     order = data_order(len(train_items), cfg, seed)
     log = {"arm": cfg.name, "config": {k: v for k, v in asdict(cfg).items() if k != "gates"},
            "gates": asdict(cfg.gates), "loss_g": [], "loss_s": [], "accepted": [], "rollout_tokens": [],
-           "gate_failures": {}, "probe": []}
+           "gate_failures": {}, "probe": [], "updates": 0}
 
     def do_probe(step):
         if probe_items:
@@ -125,7 +132,8 @@ def train_arm(model0, tok, train_items, cfg: ArmConfig, seed: int, *, task=ARITH
         student.train()
         s_logits, _ = response_logits(student, student_prompts, resp, tok.pad_token_id)
         mask = response_mask(resp, tok.eos_token_id, cfg.dce_positions).to(s_logits.device)
-        loss_g = distill_loss(t_logits, s_logits, mask, divergence_name=cfg.divergence, agg=cfg.dce_agg)
+        loss_g = distill_loss(t_logits, s_logits, mask, divergence_name=cfg.divergence, agg=cfg.dce_agg,
+                              kl_support=cfg.kl_support, topk=cfg.topk)
         loss = cfg.lambda_g * loss_g
         n_acc = 0
         if cfg.srcl:
@@ -153,6 +161,7 @@ def train_arm(model0, tok, train_items, cfg: ArmConfig, seed: int, *, task=ARITH
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
         opt.step()
+        log["updates"] += 1
         sync.after_step(k, student)
         log["loss_g"].append(float(loss_g.detach()))
         log["accepted"].append(n_acc)

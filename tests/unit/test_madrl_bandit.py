@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 import torch
 
-from agentpost.madrl.bandit import exact_gradient, expected_category_reward, train_exact, train_sampled
+from agentpost.madrl.bandit import (best_knob_jsd, entropy_regularised_policy, exact_gradient, expected_category_reward,
+                                    tempered, train_exact, train_sampled)
 from agentpost.madrl.rewards import DIVERGENCES, TABLE_RELATION, divergence
 
 INIT = np.log([0.6, 0.1, 0.1, 0.1, 0.1])      # a "base model" peaked on category 0
@@ -76,3 +77,40 @@ def test_bad_inputs_are_named():
         train_exact("jsd", UNIFORM, [0.0, 0.0, 0.0], steps=1, lr=0.1)
     with pytest.raises(ValueError, match="normalise must be"):
         exact_gradient(torch.zeros(3, dtype=torch.float64), torch.zeros(3, dtype=torch.float64), normalise="l1")
+
+
+@pytest.mark.claim("madrl", "C2")
+def test_entropy_bonus_fixed_point_is_softmax_q_over_beta():
+    # hand example: q = (1, 0), beta = 1 -> pi = (e, 1) / (e + 1) = (0.7311, 0.2689)
+    torch.testing.assert_close(entropy_regularised_policy([1.0, 0.0], 1.0),
+                               torch.tensor([0.731058578630, 0.268941421370], dtype=torch.float64))
+    # exact ascent with the per-action reward q_c - beta log pi_c converges there
+    theta = torch.as_tensor(INIT).clone()
+    for _ in range(4000):
+        r = torch.as_tensor(Q, dtype=torch.float64) - 0.2 * torch.log_softmax(theta, -1)
+        theta = theta + 2.0 * exact_gradient(theta, r)
+    torch.testing.assert_close(torch.softmax(theta, -1), entropy_regularised_policy(Q, 0.2), atol=1e-8, rtol=0)
+    with pytest.raises(ValueError, match="beta"):
+        entropy_regularised_policy(Q, 0.0)
+
+
+@pytest.mark.claim("madrl", "C2")
+def test_temperature_keeps_order_and_tends_to_uniform():
+    # hand example: pi = (0.8, 0.2), T = 2 -> sqrt: (0.8944, 0.4472) / 1.3416 = (2/3, 1/3)
+    torch.testing.assert_close(tempered([0.8, 0.2], 2.0), torch.tensor([2 / 3, 1 / 3], dtype=torch.float64))
+    torch.testing.assert_close(tempered([0.6, 0.1, 0.1, 0.1, 0.1], 1e6), torch.full((5,), 0.2, dtype=torch.float64),
+                               atol=1e-5, rtol=0)
+    with pytest.raises(ValueError, match="temperature"):
+        tempered([0.5, 0.5], -1.0)
+
+
+@pytest.mark.claim("madrl", "C2")
+def test_token_space_knobs_reach_uniform_but_not_a_reversed_target():
+    grid = np.logspace(-2, 3, 51)
+    pi0 = np.exp(INIT)
+    uni = best_knob_jsd(UNIFORM, q_correct=Q, policies={"base": pi0}, betas=grid, temperatures=grid)
+    peak = best_knob_jsd(PEAKED, q_correct=Q, policies={"base": pi0}, betas=grid, temperatures=grid)
+    assert uni["entropy"][0] < 1e-3 and uni["temperature:base"][0] < 1e-3
+    # PEAKED puts its largest mass where q and pi0 put their smallest: neither family gets within 0.03 nats
+    assert peak["entropy"][0] > 0.03 and peak["temperature:base"][0] > 0.03
+    assert train_exact("jsd", PEAKED, INIT, steps=60, lr=0.5, q_correct=Q).jsd[-1] < 0.01

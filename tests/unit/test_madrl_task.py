@@ -2,6 +2,7 @@
 
 from functools import partial
 
+import numpy as np
 import pytest
 import torch
 
@@ -109,6 +110,7 @@ def test_run_diagnostic_end_to_end_on_a_tiny_model():
     runs = [Run("correctness", "u", 0), Run("jsd", "u", 0), Run("mixture", "u", 1)]
     out = run_diagnostic(base, runs, {"u": [0.2] * 5}, probs, probs, cfg, sample_seed=0, progress=False)
     assert [len(h) for h in out["history"]] == [2, 2, 2]
+    assert out["updates"] == [2, 2, 2]  # optimiser steps counted by the loop (steps x ppo_epochs)
     assert all(h[0]["counts"].sum() == 8 for h in out["history"])
     for f in out["final"]:
         assert f["jsd_per_prompt"].shape == (3,) and f["pooled_counts"].sum() == 12
@@ -169,3 +171,23 @@ def test_learning_rate_selection_evaluates_on_validation_prompts_only():
     assert evaluated == {p.question for p in validation}
     with pytest.raises(ValueError, match="lr_grid"):
         select_learning_rates(make, ["jsd"], {"u": [0.2] * 5}, probs, validation, cfg, [], seed=0)
+
+
+def test_two_seeds_are_two_replications():
+    """A run is one seed: another seed (prompt order and sampling) gives other per-prompt outcomes for the same
+    arm on the same held-out prompts."""
+    from agentpost.madrl.train import DiagConfig, Run, run_diagnostic
+
+    from agentpost.madrl.gru import load_char_gru
+    from agentpost.madrl.task import Problem
+
+    base = partial(GRUPolicy, load_char_gru())  # the committed checkpoint: it writes annotations of every category
+    probs = [Problem(f"He buys {i + 2} boxes of 12 eggs. How many eggs?", "<<2*12=24>>", 2) for i in range(6)]
+    cfg = DiagConfig(steps=1, prompts_per_step=2, group_size=4, lr=1e-3, eval_prompts=3, eval_samples=16,
+                     max_new_chars=24)
+    out = {s: run_diagnostic(base, [Run("jsd", "u", s)], {"u": [0.2] * 5}, probs, probs, cfg, sample_seed=s,
+                             progress=False) for s in (42, 43)}
+    assert [p.question for p in out[42]["eval_items"]] == [p.question for p in out[43]["eval_items"]]
+    a, b = (out[s]["final"][0] for s in (42, 43))
+    assert not (np.array_equal(a["jsd_per_prompt"], b["jsd_per_prompt"])
+                and np.array_equal(a["pooled_counts"], b["pooled_counts"]))

@@ -1,6 +1,7 @@
 """Recursive OPSD: divergences, roles/masks/aggregation, teacher-sync policies, SRCL gates and loss, the probe."""
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -11,7 +12,7 @@ from agentpost.data.gsm8k import Expression
 from agentpost.models import arith_lm as A
 from agentpost.opsd import (
     ArmConfig, Gates, accept, answers_match, data_order, distill_loss, divergence, fixed_incorrect, gate_results,
-    make_sync, probe, response_logits, response_mask, srcl_loss, train_arm,
+    has_reflection, make_sync, probe, response_logits, response_mask, srcl_loss, train_arm,
 )
 
 Q = torch.tensor([0.7, 0.2, 0.1]).log()
@@ -240,9 +241,42 @@ def test_min_tokens_threshold_is_a_parameter():
         Gates(min_tokens=0)
 
 
-def test_answer_normalisation():
-    assert answers_match(" 24 ", "24.0") and answers_match("3:4", "3/4") and answers_match("A", "a")
-    assert not answers_match("24", "25")
+@pytest.mark.parametrize("answer,reference", [
+    (" 24 ", "24.0"), ("24", "24.0"), ("3:4", "3/4"), ("A", "a"),       # whitespace, trailing .0, ratio, case
+    ("1,000", "1000"), ("1,000,000", "1000000"),                          # thousands separators
+    ("$18", "18"), ("\\$18", "18"), ("\\$1,000.00", "1000"),            # dollar signs (plain and LaTeX-escaped)
+    ("\\frac{1}{2}", "0.5"), ("1/2", "0.5"), ("2/4", "\\frac{1}{2}"),    # fractions
+    ("18.", "18"), ("2.50", "2.5"),                                       # trailing dot and zeros
+])
+def test_answers_match_equal_answers(answer, reference):
+    assert answers_match(answer, reference)
+
+
+@pytest.mark.parametrize("answer,reference", [("24", "25"), ("-5", "5"), ("1,2", "12"), ("", "0"), ("abc", "abd")])
+def test_answers_match_different_answers(answer, reference):
+    assert not answers_match(answer, reference)
+
+
+def test_task_accuracy_and_srcl_gate_use_the_same_check():
+    from agentpost.opsd import GSM8KChat
+    from agentpost.opsd.tasks import ARITHMETIC
+
+    e = Expression("500*2", "1000")
+    text = "500*2 = 1000. The answer is \\boxed{1,000}."
+    assert ARITHMETIC.is_correct(text, e)
+    assert _gates(text=text, ref="1000")["final_box_correct"] and _gates(text=text, ref="1000.0")["final_box_correct"]
+
+    class Tok:
+        chat_template = "x"
+
+    assert GSM8KChat(Tok()).is_correct("so \\boxed{\\$18}", {"question": "q", "answer": "... #### 18"})
+
+
+def test_reflection_filter_matches_whole_words_only():
+    assert has_reflection("Wait, 48/2 = 24.") and has_reflection("let me double-check") and has_reflection("WAIT")
+    assert has_reflection("we await the result; it actually")  # 'actually' is a cue, 'await' is not
+    assert not has_reflection("We await the sum of 2 and 2: 4.")
+    assert not has_reflection("The bus waits 5 minutes; the correctional officer counts.")
 
 
 def test_boxed_values_balanced():
@@ -334,7 +368,53 @@ def test_a100_path_pretrains_and_trains_on_the_given_device(tmp_path):
     model0 = model0.to(device)
     exprs = list(arithmetic_split("train")[:8])
     arms = arm_grid(ArmConfig(batch=2, updates=2, max_new_tokens=8, sync_every=1), ema_decays=(0.3,))
-    runs = run_arms(model0, tok, exprs, {"test": arithmetic_split("test")[:2]}, arms, [0], probe_pool=exprs, n_probe=2,
+    runs = run_arms(model0, tok, exprs, {"test": arithmetic_split("test")[:2]}, arms, 0, probe_pool=exprs, n_probe=2,
                     probe_every=1, progress=False)
-    assert all(len(r[0]["eval"]["test"]["correct"]) == 2 and len(r[0]["log"]["probe"]) == 3 for r in runs.values())
+    assert all(len(r["eval"]["test"]["correct"]) == 2 and len(r["log"]["probe"]) == 3 for r in runs.values())
+    assert all(r["log"]["updates"] == 2 for r in runs.values())
     assert all(p.device.type == device for p in model0.parameters())
+
+
+def test_arm_grid_holds_opsd_and_the_layout_contrast():
+    from agentpost.opsd.diagnostic import arm_grid
+
+    arms = arm_grid(ArmConfig(), ema_decays=(0.3, 0.7))
+    assert list(arms) == ["opsd", "frozen", "dce", "ema_0p3", "ema_0p7", "periodic", "dce_user", "frozen_srcl",
+                          "dce_srcl"]
+    # C1's contrast: OPSD = frozen teacher with the user-side reference; DCE = live teacher, assistant-side
+    assert (arms["opsd"].teacher_mode, arms["opsd"].teacher_layout) == ("frozen", "user")
+    assert (arms["dce"].teacher_mode, arms["dce"].teacher_layout) == ("live", "assistant")
+    # C4's layout contrast differs from DCE in the layout only
+    assert arms["dce_user"] == replace(arms["dce"], teacher_layout="user")
+    assert arms["dce_srcl"] == replace(arms["dce"], srcl=True)
+    with pytest.raises(ValueError, match="srcl_arms"):
+        arm_grid(ArmConfig(), srcl_arms=("nope",))
+
+
+def test_loss_weights_default_to_the_papers_ratio():
+    cfg = ArmConfig()
+    assert cfg.lambda_s / cfg.lambda_g == pytest.approx(25 / 5e4)  # Qwen3-8B: lambda_S = 25, lambda_G = 5e4
+    with pytest.raises(ValueError, match="loss weights"):
+        ArmConfig(lambda_s=-1.0)
+
+
+@pytest.mark.claim("opsd", "C4")
+def test_topk_support_renormalises_over_the_teachers_top_tokens():
+    from agentpost.opsd.loss import restrict_support
+
+    # teacher (0.7, 0.2, 0.1), student (0.5, 0.3, 0.2); top-2 of the teacher = tokens 0, 1:
+    # q' = (0.7, 0.2) / 0.9, p' = (0.5, 0.3) / 0.8, KL(q' || p') by hand
+    qk, pk = torch.tensor([7 / 9, 2 / 9]), torch.tensor([5 / 8, 3 / 8])
+    expected = float((qk * (qk / pk).log()).sum())
+    t, s_ = restrict_support(Q[None], P[None], "topk", 2)
+    assert divergence("forward_kl", t, s_).item() == pytest.approx(expected, abs=1e-6)
+    mask = torch.ones(1, 1)
+    assert distill_loss(Q[None, None], P[None, None], mask, kl_support="topk", topk=2).item() == pytest.approx(
+        expected, abs=1e-6)
+    # full support (and top-k = the vocabulary) is the plain divergence
+    assert distill_loss(Q[None, None], P[None, None], mask, kl_support="topk", topk=3).item() == pytest.approx(
+        0.085123, abs=1e-6)
+    with pytest.raises(ValueError, match="topk"):
+        restrict_support(Q[None], P[None], "topk", 0)
+    with pytest.raises(ValueError, match="kl_support"):
+        ArmConfig(kl_support="topk", topk=0)

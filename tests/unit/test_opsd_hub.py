@@ -144,7 +144,7 @@ def one_thread():
 
 @pytest.mark.slow
 def test_a100_hub_path_runs_end_to_end_on_cpu(tiny_hub, one_thread):
-    """require -> load -> LoRA -> every arm (frozen, DCE, EMA, periodic, +-SRCL) on real GSM8K problems -> held-out
+    """require -> load -> LoRA -> every arm (OPSD, frozen, DCE, EMA, periodic, DCE user-side, +SRCL) on real GSM8K problems -> held-out
     scores, losses and probe curves; the base weights never move, the adapters do."""
     assert str(require_hub_model(tiny_hub)) == tiny_hub
     tok, model = load_hub_model(tiny_hub, dtype="float32")
@@ -153,11 +153,10 @@ def test_a100_hub_path_runs_end_to_end_on_cpu(tiny_hub, one_thread):
     train, val, test = gsm8k.problem_split("train")[:6], gsm8k.problem_split("validation")[:2], gsm8k.problem_split("test")[:2]
     base = ArmConfig(batch=2, updates=2, max_new_tokens=6, sync_every=1, lr=1e-2, gates=Gates(min_tokens=1))
     arms = arm_grid(base, ema_decays=(0.3,))
-    runs = run_arms(model, tok, train, {"test": test}, arms, [0], task=task, probe_pool=val, n_probe=2, probe_every=2,
+    runs = run_arms(model, tok, train, {"test": test}, arms, 0, task=task, probe_pool=val, n_probe=2, probe_every=2,
                     progress=False)
-    assert set(runs) == {"frozen", "dce", "ema_0p3", "periodic", "frozen_srcl", "dce_srcl", "ema_0p3_srcl", "periodic_srcl"}
-    for arm, by_seed in runs.items():
-        r = by_seed[0]
+    assert set(runs) == {"opsd", "frozen", "dce", "ema_0p3", "periodic", "dce_user", "frozen_srcl", "dce_srcl"}
+    for arm, r in runs.items():
         assert len(r["eval"]["test"]["correct"]) == 2 and all(1 <= n <= 6 for n in r["eval"]["test"]["length"])
         assert len(r["log"]["loss_g"]) == 2 and all(np.isfinite(r["log"]["loss_g"]))
         assert [p["step"] for p in r["log"]["probe"]] == [0, 2]
@@ -196,8 +195,8 @@ def test_notebook_a100_hub_offline_without_weights_stops_before_any_work(tmp_pat
 
 @pytest.mark.slow
 def test_notebook_a100_hub_runs_end_to_end_with_a_tiny_local_qwen3(tiny_hub, tmp_path, monkeypatch):
-    """The chapter notebook with ``hub_model`` = the tiny local folder: LoRA, real GSM8K problems, every arm for
-    three seeds, paired verdicts; tiny sizes (a run check, not evidence)."""
+    """The chapter notebook with ``hub_model`` = the tiny local folder: LoRA, real GSM8K problems, every arm once
+    at the run's seed, per-item outcomes recorded; tiny sizes (a run check, not evidence)."""
     import scrapbook as sb
 
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
@@ -206,4 +205,5 @@ def test_notebook_a100_hub_runs_end_to_end_with_a_tiny_local_qwen3(tiny_hub, tmp
                   lora_alpha=8.0, min_tokens=1)
     scraps = sb.read_notebook(str(tmp_path / "out.ipynb")).scraps
     assert scraps["n_test_scored"].data == 2 and 0.0 <= scraps["test_accuracy_dce"].data <= 1.0
-    assert "paired_accuracy_dce_vs_frozen" in scraps
+    outcomes = scraps["outcomes_test_accuracy"].data
+    assert {"opsd", "dce", "dce_user", "pretrained"} <= set(outcomes["arms"]) and len(outcomes["items"]) == 2
