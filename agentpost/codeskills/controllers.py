@@ -98,14 +98,36 @@ INSTRUCTION = ("You play MiniHack (NetHack). Reach the down staircase '>'. You a
                "Reply with exactly one action name from the list, and nothing else.")
 
 
+def prompt_parts(bot: Bot, space: ActionSpace, *, task: str = "") -> tuple[str, str]:
+    """The fixed parts of a prompt around its history block: (instruction, task and action list; observation)."""
+    actions = "\n".join(f"- {n}: {space.description(n)}" for n in space.names)
+    inv = ", ".join(f"{k}: {v}" for k, v in bot.inventory.items()) or "(empty)"
+    head = f"{INSTRUCTION}\nTask: {task}\nActions:\n{actions}\nRecent decisions:\n"
+    tail = (f"\nMessage: {bot.message or '(none)'}\nStatus: {bot.status_text()}\nInventory: {inv}\n"
+            f"Map:\n{bot.map_text()}\nAction:")
+    return head, tail
+
+
+def join_prompt(head: str, history: list[str], tail: str) -> str:
+    return head + ("\n".join(history) if history else "(none)") + tail
+
+
 def render_prompt(bot: Bot, space: ActionSpace, history: list[str], *, task: str = "") -> str:
     """The prompt text: instruction, actions with descriptions, the last decisions, the observation."""
-    actions = "\n".join(f"- {n}: {space.description(n)}" for n in space.names)
-    past = "\n".join(history) if history else "(none)"
-    inv = ", ".join(f"{k}: {v}" for k, v in bot.inventory.items()) or "(empty)"
-    return (f"{INSTRUCTION}\nTask: {task}\nActions:\n{actions}\nRecent decisions:\n{past}\n"
-            f"Message: {bot.message or '(none)'}\nStatus: {bot.status_text()}\nInventory: {inv}\n"
-            f"Map:\n{bot.map_text()}\nAction:")
+    head, tail = prompt_parts(bot, space, task=task)
+    return join_prompt(head, history, tail)
+
+
+def fit_prompt_ids(tokenizer, head: str, history: list[str], tail: str, max_tokens: int | None) -> tuple[list[int], int]:
+    """Token ids of the prompt within ``max_tokens``: the oldest history lines are dropped first, so the instruction,
+    the action list and the observation are always kept. Returns (ids, history lines dropped); raises a clear error
+    when even the prompt without history is longer than ``max_tokens``."""
+    for dropped in range(len(history) + 1):
+        ids = prompt_ids(tokenizer, join_prompt(head, history[dropped:], tail))
+        if max_tokens is None or len(ids) <= max_tokens:
+            return ids, dropped
+    raise ValueError(f"max_prompt_tokens={max_tokens} is shorter than the prompt without history ({len(ids)} tokens: "
+                     f"instruction, action list and observation must fit)")
 
 
 def history_line(choice: Choice, outcome: DecisionOutcome) -> str:
@@ -138,14 +160,18 @@ class LMController:
     """A causal LM as the policy: greedy decoding of at most ``max_new_tokens`` tokens per decision.
 
     ``max_history`` past decisions (action, steps, outcome) are shown (spec ambiguity 4, default 16). With a chat
-    template (instruct models) the prompt is the user turn; otherwise it is plain text."""
+    template (instruct models) the prompt is the user turn; otherwise it is plain text. ``max_prompt_tokens`` (None:
+    no limit) drops the oldest history lines until the prompt fits (:func:`fit_prompt_ids`), as SFT encodes it."""
 
     def __init__(self, model, tokenizer, *, max_new_tokens: int = 8, max_history: int = 16, task: str = "",
-                 name: str = "lm"):
+                 name: str = "lm", max_prompt_tokens: int | None = None):
         if max_new_tokens < 1 or max_history < 0:
             raise ValueError("max_new_tokens must be >= 1 and max_history >= 0")
+        if max_prompt_tokens is not None and max_prompt_tokens < 1:
+            raise ValueError(f"max_prompt_tokens must be None or >= 1, got {max_prompt_tokens!r}")
         self.model, self.tokenizer = model, tokenizer
         self.max_new_tokens, self.max_history, self.task, self.name = max_new_tokens, max_history, task, name
+        self.max_prompt_tokens = max_prompt_tokens
         self.history: list[str] = []
 
     def reset(self, rng) -> None:
@@ -154,9 +180,10 @@ class LMController:
     def act(self, bot: Bot, space: ActionSpace) -> Choice:
         import torch
 
-        prompt = render_prompt(bot, space, self.history[-self.max_history:] if self.max_history else [],
-                               task=self.task)
-        ids = torch.tensor([prompt_ids(self.tokenizer, prompt)], device=self.model.device)
+        head, tail = prompt_parts(bot, space, task=self.task)
+        history = self.history[-self.max_history:] if self.max_history else []
+        ids = torch.tensor([fit_prompt_ids(self.tokenizer, head, history, tail, self.max_prompt_tokens)[0]],
+                           device=self.model.device)
         pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.tokenizer.eos_token_id
         with torch.no_grad():
             out = self.model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=self.max_new_tokens,

@@ -2,7 +2,9 @@
 
 The paper fine-tunes on 1,024 zero-shot teacher trajectories (spec, "Defaults"); offline, the teacher here is the
 scripted heuristic (:class:`~agentpost.codeskills.controllers.ScriptedController`). Each decision becomes one example:
-the prompt exactly as :class:`~agentpost.codeskills.controllers.LMController` renders it (same history lines), and
+the prompt exactly as :class:`~agentpost.codeskills.controllers.LMController` renders it (same history lines; over
+``max_prompt_tokens`` the oldest history lines are dropped, never the instruction, action list or observation, by
+the same :func:`~agentpost.codeskills.controllers.fit_prompt_ids` the controller uses), and
 the target ``" <action>\\n"`` followed by end-of-sequence, which the strict grammar parses. The loss is the mean
 token cross-entropy over the target tokens only. Trace seeds must be disjoint from the evaluation seeds.
 """
@@ -17,7 +19,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from agentpost.codeskills.controllers import ScriptedController, history_line, prompt_ids, render_prompt
+from agentpost.codeskills.controllers import ScriptedController, fit_prompt_ids, history_line, prompt_parts
 from agentpost.codeskills.env import make_env
 from agentpost.codeskills.runtime import Budgets, Choice, action_space, run_episode
 
@@ -36,9 +38,10 @@ class TraceRecorder:
         self.inner.reset(rng)
 
     def act(self, bot, space) -> Choice:
-        prompt = render_prompt(bot, space, self.history[-self.max_history:] if self.max_history else [], task=self.task)
+        head, tail = prompt_parts(bot, space, task=self.task)
+        history = self.history[-self.max_history:] if self.max_history else []
         choice = self.inner.act(bot, space)
-        self.examples.append({"prompt": prompt, "action": choice.action})
+        self.examples.append({"head": head, "history": list(history), "tail": tail, "action": choice.action})
         return choice
 
     def observe(self, choice, outcome, bot) -> None:
@@ -65,12 +68,13 @@ def collect_traces(tasks, episodes: int, seeds, interfaces=("primitive", "skill"
     return out
 
 
-def encode(example: dict, tokenizer, max_prompt_tokens: int) -> tuple[list[int], list[int]]:
-    """(input ids, target mask): the prompt encoded as the LM controller encodes it (left-truncated), then
-    `` <action>\\n`` and EOS; the mask marks the target."""
-    prompt = prompt_ids(tokenizer, example["prompt"])[-max_prompt_tokens:]
+def encode(example: dict, tokenizer, max_prompt_tokens: int | None) -> tuple[list[int], list[int], int]:
+    """(input ids, target mask, history lines dropped): the prompt encoded as the LM controller encodes it
+    (oldest history lines dropped to fit ``max_prompt_tokens``), then `` <action>\\n`` and EOS; the mask marks the
+    target."""
+    prompt, dropped = fit_prompt_ids(tokenizer, example["head"], example["history"], example["tail"], max_prompt_tokens)
     target = tokenizer(f" {example['action']}\n")["input_ids"] + [tokenizer.eos_token_id]
-    return prompt + target, [0] * len(prompt) + [1] * len(target)
+    return prompt + target, [0] * len(prompt) + [1] * len(target), dropped
 
 
 def target_loss(model, ids: torch.Tensor, mask: torch.Tensor, attn: torch.Tensor) -> torch.Tensor:
@@ -84,14 +88,17 @@ def target_loss(model, ids: torch.Tensor, mask: torch.Tensor, attn: torch.Tensor
 
 def finetune(model, tokenizer, examples: list[dict], *, updates: int, lr: float, batch_size: int,
              max_prompt_tokens: int = 1024, device: str = "cpu", seed: int = 0, progress: bool = True) -> dict:
-    """AdamW on the target loss; returns the training log (losses per update)."""
+    """AdamW on the target loss; returns the training log (losses per update, examples whose history was shortened
+    to fit ``max_prompt_tokens``)."""
     if not examples:
         raise ValueError("finetune: no trace examples (did the scripted controller succeed on the trace seeds?)")
     if updates < 1 or batch_size < 1 or not lr > 0:
         raise ValueError("finetune needs updates >= 1, batch_size >= 1 and lr > 0")
     rng = np.random.default_rng(seed)
     torch.manual_seed(seed)
-    data = [encode(e, tokenizer, max_prompt_tokens) for e in examples]
+    encoded = [encode(e, tokenizer, max_prompt_tokens) for e in examples]
+    data = [(ids, mask) for ids, mask, _ in encoded]
+    shortened = sum(dropped > 0 for _, _, dropped in encoded)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     model.to(device).train()
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
@@ -112,7 +119,8 @@ def finetune(model, tokenizer, examples: list[dict], *, updates: int, lr: float,
         opt.step()
         losses.append(float(loss.detach()))
     model.eval()
-    return {"updates": updates, "examples": len(examples), "first_loss": losses[0], "final_loss": losses[-1],
+    return {"updates": updates, "examples": len(examples), "history_shortened": shortened,
+            "first_loss": losses[0], "final_loss": losses[-1],
             "losses": losses, "seconds": time.time() - t0}
 
 

@@ -6,8 +6,9 @@
   step of the rollout;
 - ``gigpo`` — GiGPO-style anchor-state grouping: A = A^E + omega A^S with A^E the GRPO episode advantage and A^S
   the discounted Monte Carlo return normalised within the group of steps taken from the same anchor state (the same
-  canonical states as the graph); singleton groups follow verl's rule (mean 0, std 1), which GiGPO builds on
-  (GiGPO's own code was not inspected here);
+  canonical states as the graph). A state visited once (a singleton step group) gets A^S = 0 by default, as in
+  GiGPO's own ``step_norm_reward`` (verl-agent ``gigpo/core_gigpo.py``: the group's own mean, std 1);
+  ``gigpo_singleton="zero_mean_unit_std"`` is verl's GRPO rule (mean 0, std 1, so A^S = G_t, the full return);
 - ``graft_td`` — GRAFT with TD(0) (eq. 8) and node normalisation (eq. 11), the paper's GRAFT-dagger;
 - ``graft_gae`` — GRAFT with Graph GAE (eqs. 9-10) and node normalisation (eq. 11), the full method.
 
@@ -49,6 +50,12 @@ class CreditConfig:
     norm_group: str = "raw"
     grpo_ddof: int = 1
     gigpo_omega: float = 1.0
+    gigpo_singleton: str = "zero"  # GiGPO's step_norm_reward; "zero_mean_unit_std" = verl's GRPO singleton rule
+
+    def __post_init__(self) -> None:
+        if self.gigpo_singleton not in ("zero", "zero_mean_unit_std"):
+            raise ValueError(f"gigpo_singleton must be 'zero' (GiGPO) or 'zero_mean_unit_std' (verl), "
+                             f"got {self.gigpo_singleton!r}")
 
 
 @dataclass
@@ -95,7 +102,8 @@ def _gigpo(trajectories, cfg: CreditConfig) -> Credit:
     graph = graph_of(trajectories, cfg)
     episode = _grpo(trajectories, cfg).flat
     returns = mc_returns(trajectories, gamma=cfg.gamma, include_step_rewards=cfg.include_step_rewards)
-    step = group_advantage(returns, graph.src, scale="group", std_ddof=cfg.grpo_ddof, eps=cfg.norm_eps).numpy()
+    step = group_advantage(returns, graph.src, scale="group", std_ddof=cfg.grpo_ddof, eps=cfg.norm_eps,
+                           singleton=cfg.gigpo_singleton).numpy()
     return Credit(graph.split(episode + cfg.gigpo_omega * step), graph=graph)
 
 

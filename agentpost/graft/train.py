@@ -17,9 +17,11 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from agentpost.evidence.outcomes import fingerprint
 from agentpost.graft.advantages import grpo_c_objective
 from agentpost.graft.credit import CreditConfig, step_credit
 from agentpost.graft.graph import Trajectory, build_graph, node_group_stats, state_hash
+from agentpost.stats import Split, select_on_validation
 
 #: arm -> (credit method, CreditConfig overrides). ``graft_td_nonorm`` is the ablation without eq. 11 (Table 3).
 ARM_SPECS = {
@@ -102,13 +104,14 @@ def _seeds(*key: int) -> tuple[int, int]:
 
 
 def update(policy: TabularSoftmax, rows: list[int], actions: list[int], adv: np.ndarray, cfg: TrainConfig,
-           traj_ids: list[int]) -> None:
-    """``ppo_epochs`` SGD steps on -J_GRPO-C over the batch of steps (eq. 4), ratios against the pre-update policy."""
+           traj_ids: list[int]) -> int:
+    """``ppo_epochs`` SGD steps on -J_GRPO-C over the batch of steps (eq. 4), ratios against the pre-update policy;
+    returns the number of gradient steps made."""
     idx = np.asarray(rows)
     act = torch.as_tensor(actions)[:, None]
     adv_t = torch.as_tensor(adv, dtype=torch.float64)
     tid = torch.as_tensor(traj_ids)
-    logp_old = None
+    logp_old, steps = None, 0
     for _ in range(cfg.ppo_epochs):
         logits = torch.tensor(policy.table[idx], requires_grad=True)
         logp = torch.log_softmax(logits, dim=-1).gather(1, act)
@@ -118,6 +121,8 @@ def update(policy: TabularSoftmax, rows: list[int], actions: list[int], adv: np.
                                step_agg=cfg.step_agg, traj_ids=tid)
         (-obj).backward()
         np.add.at(policy.table, idx, -cfg.lr * logits.grad.numpy())
+        steps += 1
+    return steps
 
 
 def evaluate(env, policy: TabularSoftmax, episodes: int) -> np.ndarray:
@@ -130,6 +135,9 @@ def train_arm(env, cfg: TrainConfig, seed: int, *, keep_group: int | None = None
     """Train one arm from the uniform policy; returns its history, evaluation and node-group statistics.
 
     ``history``: per update, the cumulative sampled episodes and env steps and the training success rate.
+    ``train_success``: ``{rollout id "u<update>g<group>i<index>": 0/1}`` over every training rollout (the rollouts
+    use the same environment seeds and random numbers in every arm). ``init``: fingerprint of the starting logit
+    table; ``grad_steps``: gradient steps actually made.
     ``group_stats``: :func:`agentpost.graft.graph.node_group_stats` of every group (exact matching).
     ``gae_minus_td_max``: max |A^GAE - A^TD(0)| seen (GRAFT arms; the identity of graft.md says 0).
     ``kept``: the trajectories and positions of group number ``keep_group`` (for a figure).
@@ -138,9 +146,10 @@ def train_arm(env, cfg: TrainConfig, seed: int, *, keep_group: int | None = None
     method, overrides = ARM_SPECS[cfg.method]
     credit_cfg = replace(cfg.credit, **overrides)
     policy = TabularSoftmax(env.n_actions)
+    init = fingerprint(policy.table)
     t_start, t_credit = time.perf_counter(), 0.0
-    history, stats, kept = [], [], None
-    episodes = steps = 0
+    history, stats, kept, train_success = [], [], None, {}
+    episodes = steps = grad_steps = 0
     gae_td = 0.0
     for u in tqdm(range(cfg.updates), desc=cfg.method, disable=not progress, leave=False):
         rows, acts, advs, tids, successes = [], [], [], [], []
@@ -161,26 +170,43 @@ def train_arm(env, cfg: TrainConfig, seed: int, *, keep_group: int | None = None
             for i, ((tr, r, _), a) in enumerate(zip(group, credit.per_traj)):
                 rows += r; acts += list(tr.actions); advs.append(a); tids += [g * cfg.group_size + i] * tr.length
                 successes.append(tr.reward); episodes += 1; steps += tr.length
-        update(policy, rows, acts, np.concatenate(advs), cfg, tids)
+                train_success[f"u{u}g{g}i{i}"] = tr.reward
+        grad_steps += update(policy, rows, acts, np.concatenate(advs), cfg, tids)
         history.append({"update": u + 1, "episodes": episodes, "env_steps": steps,
                         "train_success": float(np.mean(successes))})
     train_s = time.perf_counter() - t_start
     return {"history": history, "eval_success": evaluate(env, policy, cfg.eval_episodes), "group_stats": stats,
             "gae_minus_td_max": gae_td, "kept": kept, "n_states": len(policy.rows),
-            "credit_time_fraction": t_credit / train_s}
+            "credit_time_fraction": t_credit / train_s, "train_success": train_success, "init": init,
+            "grad_steps": grad_steps}
 
 
-def run_arms(env, base: TrainConfig, seeds: list[int], arms=ARMS, *, lr_by_arm: dict | None = None,
+def select_lr(env, base: TrainConfig, arms, lr_grid, validation_seeds) -> tuple[dict, list[dict]]:
+    """Per arm, the learning rate of ``lr_grid`` with the highest mean training success over ``validation_seeds``
+    (:func:`agentpost.stats.select_on_validation`; the seeds are used only here). Returns ``{arm: lr}`` and one row
+    per (arm, lr) with its validation score and whether the choice sits at an edge of the grid."""
+    grid = sorted(float(x) for x in lr_grid)
+    if len(grid) < 3:
+        raise ValueError(f"lr_grid needs at least 3 values so that a choice can be interior, got {lr_grid}")
+    val = Split("validation", list(validation_seeds))
+    chosen, rows = {}, []
+    for arm in arms:
+        def score(lr, split, arm=arm):
+            return float(np.mean([np.mean(list(train_arm(env, replace(base, method=arm, lr=lr), s)
+                                                   ["train_success"].values())) for s in split.data]))
+        chosen[arm], scores = select_on_validation(grid, score, val, higher_is_better=True)
+        rows += [{"arm": arm, "lr": lr, "validation_train_success": v, "selected": lr == chosen[arm],
+                  "at_grid_edge": chosen[arm] in (grid[0], grid[-1])} for lr, v in scores.items()]
+    return chosen, rows
+
+
+def run_arms(env, base: TrainConfig, seed: int, arms=ARMS, *, lr_by_arm: dict | None = None,
              progress: bool = True) -> dict:
-    """Every arm on every seed with the same samples and updates: ``{arm: {seed: train_arm(...)}}``;
-    ``lr_by_arm`` overrides the learning rate per arm (e.g. as selected on validation seeds). Each run keeps the
-    group of its middle update for a figure."""
-    out: dict = {arm: {} for arm in arms}
-    bar = tqdm(total=len(arms) * len(seeds), desc="arms x seeds", disable=not progress)
-    for seed in seeds:
-        for arm in arms:
-            cfg = replace(base, method=arm, lr=(lr_by_arm or {}).get(arm, base.lr))
-            out[arm][seed] = train_arm(env, cfg, seed, keep_group=(base.updates // 2) * base.groups_per_update)
-            bar.update()
-    bar.close()
+    """Every arm once at ``seed`` with the same samples and updates: ``{arm: train_arm(...)}``; ``lr_by_arm``
+    overrides the learning rate per arm (as selected on validation seeds). Each run keeps the group of its middle
+    update for a figure."""
+    out = {}
+    for arm in tqdm(arms, desc="arms", disable=not progress):
+        cfg = replace(base, method=arm, lr=(lr_by_arm or {}).get(arm, base.lr))
+        out[arm] = train_arm(env, cfg, seed, keep_group=(base.updates // 2) * base.groups_per_update)
     return out

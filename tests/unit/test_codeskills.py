@@ -9,8 +9,8 @@ pytest.importorskip("minihack")
 
 from agentpost.codeskills import maps
 from agentpost.codeskills.bot import Bot
-from agentpost.codeskills.controllers import (LMController, RandomController, ScriptedController, parse_action,
-                                              render_prompt)
+from agentpost.codeskills.controllers import (LMController, RandomController, ScriptedController, join_prompt,
+                                              parse_action, prompt_parts, render_prompt)
 from agentpost.codeskills.env import (ABORTED, DEATH, PRIMITIVE_KEYS, TASK_SUCCESSFUL, classify_end, make_env,
                                       seeded_reset)
 from agentpost.codeskills.runtime import Budgets, action_space, discounted, run_decision, run_episode
@@ -309,21 +309,48 @@ def test_another_registered_task_runs_through_the_same_api():
 
 
 def test_sft_traces_match_the_lm_prompt_and_training_lowers_the_target_loss():
+    from agentpost.codeskills.controllers import join_prompt
     from agentpost.codeskills.sft import collect_traces, encode, finetune
     from agentpost.models.lm import tiny_random_lm
     from agentpost.models.tokenizer import load_tokenizer
 
     traces = collect_traces(["MiniHack-Room-5x5-v0"], 1, [900], interfaces=("skill", "primitive"))
     assert [e["action"] for e in traces] == ["goto_stairs"] + ["southeast"] * 4  # the scripted teacher's choices
-    assert traces[0]["prompt"].endswith("Action:") and "Recent decisions:\n(none)" in traces[0]["prompt"]
-    assert "southeast -> 1 steps, primitive" in traces[2]["prompt"]  # the LM controller's history format
+    first = join_prompt(traces[0]["head"], traces[0]["history"], traces[0]["tail"])
+    assert first.endswith("Action:") and "Recent decisions:\n(none)" in first
+    assert "southeast -> 1 steps, primitive" in traces[2]["history"]  # the LM controller's history format
     tok = load_tokenizer()
-    ids, mask = encode(traces[0], tok, max_prompt_tokens=64)
-    assert len(ids) == len(mask) and sum(mask) == len(tok(" goto_stairs\n")["input_ids"]) + 1
+    ids, mask, dropped = encode(traces[0], tok, max_prompt_tokens=None)
+    assert dropped == 0 and len(ids) == len(mask) and sum(mask) == len(tok(" goto_stairs\n")["input_ids"]) + 1
     assert tok.decode([i for i, m in zip(ids, mask) if m], skip_special_tokens=True) == " goto_stairs\n"
-    log = finetune(tiny_random_lm(0), tok, traces, updates=30, lr=3e-3, batch_size=4, max_prompt_tokens=64,
+    log = finetune(tiny_random_lm(0), tok, traces, updates=30, lr=3e-3, batch_size=4, max_prompt_tokens=None,
                    progress=False)
     assert log["final_loss"] < log["first_loss"]
+
+
+def test_sft_truncation_drops_history_never_the_instruction_or_action_list():
+    """Over the token cap the oldest history lines go first; the instruction, the action list and the observation
+    stay, exactly as the LM controller builds its prompt at inference (the old rule kept the last tokens)."""
+    from agentpost.codeskills.controllers import INSTRUCTION, fit_prompt_ids, prompt_ids
+    from agentpost.codeskills.sft import encode
+    from agentpost.models.tokenizer import load_tokenizer
+
+    tok = load_tokenizer()
+    head, tail = prompt_parts(fresh(maps.STAIRS_AHEAD), action_space("mixed"), task="demo")
+    history = [f"north -> {k} steps, primitive" for k in range(12)]
+    bare = len(prompt_ids(tok, join_prompt(head, [], tail)))
+    full = len(prompt_ids(tok, join_prompt(head, history, tail)))
+    cap = full - 1  # one token too many: the oldest line must go
+    ids, dropped = fit_prompt_ids(tok, head, history, tail, cap)
+    assert dropped == 1 and len(ids) <= cap
+    assert ids == prompt_ids(tok, join_prompt(head, history[1:], tail))
+    ids, dropped = fit_prompt_ids(tok, head, history, tail, bare)  # room for no history at all
+    assert dropped == len(history) and tok.decode(ids).startswith(INSTRUCTION) and "- freeze_lava:" in tok.decode(ids)
+    with pytest.raises(ValueError, match="without history"):
+        fit_prompt_ids(tok, head, history, tail, bare - 1)
+    example = {"head": head, "history": history, "tail": tail, "action": "north"}
+    ids, mask, dropped = encode(example, tok, cap)
+    assert dropped == 1 and sum(mask) == len(tok(" north\n")["input_ids"]) + 1
 
 
 def test_lm_policy_spec_is_checked_and_the_hub_fails_clearly_offline(monkeypatch):
@@ -347,3 +374,37 @@ def test_prompt_ids_use_the_chat_template_where_there_is_one():
     assert prompt_ids(tok, "Action:") == tok("Action:")["input_ids"]
     tok.chat_template = "{% for m in messages %}<|im_start|>{{ m['content'] }}<|im_end|>{% endfor %}"
     assert prompt_ids(tok, "Action:") == tok("<|im_start|>Action:<|im_end|>")["input_ids"]
+
+
+def test_budget_modes_equal_decisions_or_equal_primitive_steps():
+    from agentpost.codeskills.diagnostic import budgets_for
+
+    base = Budgets(max_decisions=100)
+    assert budgets_for("eqdec", base, 1000) == base
+    eq = budgets_for("eqsteps", base, 1000)  # primitive-only may press as many keys as the task allows
+    assert eq.max_decisions == 1000 and eq.max_primitive_steps is None
+    assert budgets_for("eqsteps", Budgets(max_decisions=100, max_primitive_steps=300), 1000).max_decisions == 300
+    assert budgets_for("eqsteps", base, 50).max_decisions == 100  # never below the decision budget
+    with pytest.raises(ValueError, match="budget mode"):
+        budgets_for("equal", base, 10)
+
+
+def test_run_grid_is_one_seed_with_nested_items_and_measured_facts():
+    from agentpost.codeskills.diagnostic import arm_facts_of, arm_outcomes, run_grid
+
+    arms = (("random_uniform", "primitive"), ("scripted", "skill"))
+    a = run_grid(["MiniHack-Room-5x5-v0"], {"MiniHack-Room-5x5-v0": 3}, 1, arms, Budgets(max_decisions=10),
+                 progress=False)
+    b = run_grid(["MiniHack-Room-5x5-v0"], {"MiniHack-Room-5x5-v0": 3}, 2, arms, Budgets(max_decisions=10),
+                 progress=False)
+    out = arm_outcomes(a, "decisions")
+    assert sorted(out) == ["random_uniform_primitive_eqdec", "random_uniform_primitive_eqsteps",
+                           "scripted_skill_eqdec", "scripted_skill_eqsteps"]
+    assert list(out["scripted_skill_eqdec"]) == ["room_5x5-s1-e0", "room_5x5-s1-e1", "room_5x5-s1-e2"]
+    assert max(out["random_uniform_primitive_eqdec"].values()) <= 10  # equal decisions: 10
+    assert max(out["random_uniform_primitive_eqsteps"].values()) > 10  # equal steps: the room's 100-step limit
+    assert set(b["item"]).isdisjoint(a["item"])  # each seed draws its own instances
+    facts = arm_facts_of(a, Budgets(max_decisions=10))
+    assert facts["scripted_skill_eqdec"]["data_version"] == facts["random_uniform_primitive_eqdec"]["data_version"]
+    assert facts["scripted_skill_eqdec"]["checkpoint"] == facts["scripted_skill_eqsteps"]["checkpoint"]
+    assert facts["scripted_skill_eqsteps"]["max_decisions_by_task"] == {"MiniHack-Room-5x5-v0": 100}

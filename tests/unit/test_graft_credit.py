@@ -219,7 +219,7 @@ def test_credit_interface_and_baselines():
     assert mc_returns(trajs, gamma=GAMMA, include_step_rewards=False).tolist() == pytest.approx([0.81, 0.9, 0, 0, 0, 0])
     gigpo = step_credit("gigpo", trajs, cfg).per_traj
     # anchor s0: returns {0.81, 0, 0} -> [1.1547, -0.5774, -0.5774]; anchor s1: {0.9, 0} -> +-0.7071;
-    # anchor s2 is a singleton: verl's rule gives A^S = G = 0
+    # anchor s2 is a singleton with G = 0: both singleton rules give A^S = 0 (see the next test for one where they differ)
     assert gigpo[0] == pytest.approx([1.1547 * 2, 1.1547 + 0.7071], abs=2e-4)
     assert gigpo[1] == pytest.approx([-0.5774 * 2, -0.5774], abs=2e-4)
     assert gigpo[2] == pytest.approx([-0.5774 * 2, -0.5774 - 0.7071], abs=2e-4)
@@ -229,6 +229,23 @@ def test_credit_interface_and_baselines():
     assert td.per_traj[1][0] == pytest.approx(-1.4142, abs=1e-4)
     with pytest.raises(KeyError, match="unknown credit method"):
         step_credit("ppo", trajs, cfg)
+
+
+@pytest.mark.claim("graft", "C1")
+def test_gigpo_singleton_rule():
+    """A state visited once: GiGPO's own step_norm_reward centres on the group's own mean (A^S = 0); verl's GRPO
+    singleton rule (mean 0, std 1) gives it its full return G_t."""
+    trajs = [Trajectory(("s0", "s1", "win"), ("a", "b"), 1.0), Trajectory(("s0", "s2", "lose"), ("c", "d"), 0.0)]
+    # episode: rewards [1, 0], unbiased std 0.7071 -> +-0.7071; anchor s0: returns {0.81, 0} -> +-0.7071;
+    # s1 (G = 0.9) and s2 (G = 0) are singletons
+    gigpo = step_credit("gigpo", trajs, CreditConfig(gamma=GAMMA)).per_traj
+    assert gigpo[0] == pytest.approx([1.4142, 0.7071], abs=2e-4)
+    assert gigpo[1] == pytest.approx([-1.4142, -0.7071], abs=2e-4)
+    verl = step_credit("gigpo", trajs, CreditConfig(gamma=GAMMA, gigpo_singleton="zero_mean_unit_std")).per_traj
+    assert verl[0] == pytest.approx([1.4142, 0.7071 + 0.9], abs=2e-4)
+    assert verl[1] == pytest.approx([-1.4142, -0.7071], abs=2e-4)
+    with pytest.raises(ValueError, match="gigpo_singleton"):
+        CreditConfig(gigpo_singleton="one")
 
 
 def test_node_group_stats():

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from agentpost.graft.envs import MiniHackRoom, TextGridworld, make_env
-from agentpost.graft.train import TabularSoftmax, TrainConfig, rollout, run_arms, train_arm
+from agentpost.graft.train import TabularSoftmax, TrainConfig, rollout, run_arms, select_lr, train_arm
 
 SE = 5  # MiniHack navigation actions: N, E, S, W, NE, SE, SW, NW
 
@@ -72,17 +72,40 @@ def test_tabular_policy_starts_uniform_and_grows():
 def test_training_arms_share_samples_and_graft_gae_matches_td():
     env = TextGridworld(size=4, max_steps=12)
     base = TrainConfig(updates=4, group_size=6, lr=8.0, eval_episodes=16)
-    runs = run_arms(env, base, [1, 2], progress=False)
+    runs = run_arms(env, base, 1, progress=False)
     for arm in runs:
-        h = runs[arm][1]["history"]
+        h = runs[arm]["history"]
         assert [x["update"] for x in h] == [1, 2, 3, 4] and h[-1]["episodes"] == 24
+        assert runs[arm]["grad_steps"] == 4 * base.ppo_epochs and len(runs[arm]["train_success"]) == 24
     # first update: the same uniform policy and the same random numbers in every arm
-    first = {arm: runs[arm][1]["history"][0]["env_steps"] for arm in runs}
+    first = {arm: runs[arm]["history"][0]["env_steps"] for arm in runs}
     assert len(set(first.values())) == 1
-    assert np.array_equal(runs["graft_td"][1]["eval_success"], runs["graft_gae"][1]["eval_success"])
-    assert runs["graft_gae"][1]["gae_minus_td_max"] < 1e-6
-    stats = runs["graft_td"][1]["group_stats"]
+    assert len({runs[arm]["init"] for arm in runs}) == 1
+    assert np.array_equal(runs["graft_td"]["eval_success"], runs["graft_gae"]["eval_success"])
+    assert runs["graft_gae"]["gae_minus_td_max"] < 1e-6
+    stats = runs["graft_td"]["group_stats"]
     assert len(stats) == 4 and all(0.0 <= s["frac_steps_in_groups_ge2"] <= 1.0 for s in stats)
+
+
+def test_two_seeds_are_two_replications():
+    """A run is one seed: another seed draws other rollouts, so per-item training outcomes differ."""
+    env = TextGridworld(size=4, max_steps=12)
+    base = TrainConfig(method="grpo", updates=3, group_size=6, lr=8.0, eval_episodes=16)
+    a, b = train_arm(env, base, 1), train_arm(env, base, 2)
+    assert list(a["train_success"]) == list(b["train_success"])  # the same item ids
+    assert a["train_success"] != b["train_success"] or a["history"] != b["history"]
+    assert [h["env_steps"] for h in a["history"]] != [h["env_steps"] for h in b["history"]]
+
+
+def test_select_lr_per_arm_flags_grid_edges():
+    env = TextGridworld(size=4, max_steps=12)
+    base = TrainConfig(updates=12, group_size=6, eval_episodes=4)
+    chosen, rows = select_lr(env, base, ["grpo"], [1e-9, 1e-8, 8.0], [5, 6])
+    assert chosen == {"grpo": 8.0}  # a learning rate that learns beats two that do not move the policy
+    assert [r["lr"] for r in rows] == [1e-9, 1e-8, 8.0] and all(r["at_grid_edge"] for r in rows)
+    assert sum(r["selected"] for r in rows) == 1
+    with pytest.raises(ValueError, match="lr_grid"):
+        select_lr(env, base, ["grpo"], [1.0, 2.0], [5])
 
 
 def test_credit_moves_the_policy_towards_success():
