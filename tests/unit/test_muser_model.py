@@ -106,7 +106,7 @@ def test_training_step_reduces_loss_and_sasrec_is_causal():
     seqs = [((np.arange(8) + s) % 30) + 1 for s in range(30)]
     cfg = _cfg(semantic=True, align_weight=0.1, ortho_lambda=0.1)
     sem = torch.randn(30, 16, generator=torch.Generator().manual_seed(0))
-    model, hist, _ = train_model(cfg, TrainConfig(epochs=15, batch_size=64, n_sampled=8), seqs, 0, sem,
+    model, hist, *_ = train_model(cfg, TrainConfig(epochs=15, batch_size=64, n_sampled=8), seqs, 0, sem,
                                  progress=False)
     assert hist[-1]["next_k"] < hist[0]["next_k"] and {"ortho", "align"} <= set(hist[0])
     m = evaluate(model, [s[:-1] for s in seqs], np.array([s[-1] for s in seqs]))
