@@ -7,11 +7,13 @@ epochs, optimiser and negatives:
 long history compressed -> ``semantic`` MiniLM text fused into items -> ``ortho`` orthogonality penalty ->
 ``full`` + ID-semantic alignment loss and the serving form (cacheable long / short split with a learned gate).
 References: ``sasrec`` (SASRec-style, raw window, ID only) and ``popularity`` (training counts);
-``uncompressed`` (= ``compression`` with strides 1/1/1) is available for the compressed-vs-raw question.
+``uncompressed`` (= ``compression`` with strides 1/1/1) is available for the compressed-vs-raw question, and
+``semantic_year`` (= ``semantic`` with the release year as the only item text) controls for recency.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 
 import numpy as np
@@ -20,8 +22,13 @@ from tqdm.auto import tqdm
 from agentpost.muser.model import MuSeRConfig
 from agentpost.muser.train import TrainConfig, evaluate, popularity_metrics, train_model
 
-ARMS = ("recent_single", "multi", "compression", "semantic", "ortho", "full", "sasrec", "popularity", "uncompressed")
-NEEDS_SEMANTIC = ("semantic", "ortho", "full")
+ARMS = ("recent_single", "multi", "compression", "semantic", "ortho", "full", "sasrec", "popularity", "uncompressed",
+        "semantic_year")
+#: Item text each text-fused arm embeds (:func:`item_texts`). ``semantic_year`` is the ``semantic`` arm with the
+#: release year as its only text: a recency control (does the text help beyond telling the model how new a movie is?).
+TEXT_MODE = {"semantic": "full", "ortho": "full", "full": "full", "semantic_year": "year"}
+TEXT_MODES = ("full", "year")
+_YEAR = re.compile(r"\((\d{4})\)\s*$")
 
 
 def arm_config(arm: str, base: MuSeRConfig, *, num_interests: int, ortho_lambda: float,
@@ -36,41 +43,52 @@ def arm_config(arm: str, base: MuSeRConfig, *, num_interests: int, ortho_lambda:
                        align_weight=0.0, split_serving=False)
     if arm == "uncompressed":
         return replace(base, use_long=True, num_interests=num_interests, strides=(1, 1, 1))
-    steps = ARMS.index(arm)
+    steps = ARMS.index("semantic" if arm == "semantic_year" else arm)
     return replace(base, use_long=steps >= 2, num_interests=1 if steps == 0 else num_interests,
                    semantic=steps >= 3, ortho_lambda=ortho_lambda if steps >= 4 else 0.0,
                    align_weight=align_weight if steps >= 5 else 0.0, split_serving=steps >= 5)
 
 
-def semantic_matrix(data) -> np.ndarray:
-    """MiniLM embeddings (N, 384) of every movie's "Title (Year). Genres: ..." text, item order."""
+def item_texts(movies, mode: str = "full") -> list[str]:
+    """Each movie's text in item order: ``full`` = "Title (Year). Genres: ..." (:meth:`Movie.text`), ``year`` =
+    "Released in YYYY." (no title, no genres; "Release year unknown." when the title has no year)."""
+    if mode not in TEXT_MODES:
+        raise ValueError(f"unknown item text mode {mode!r}; known: {', '.join(TEXT_MODES)}")
+    if mode == "full":
+        return [m.text() for m in movies]
+    years = [_YEAR.search(m.title) for m in movies]
+    return [f"Released in {y.group(1)}." if y else "Release year unknown." for y in years]
+
+
+def semantic_matrix(data, mode: str = "full") -> np.ndarray:
+    """MiniLM embeddings (N, 384) of every movie's text (:func:`item_texts`), item order."""
     from agentpost.models.minilm import embed_texts
 
-    return embed_texts(data.texts())
+    return embed_texts(item_texts(data.movies, mode))
 
 
-def run_arms(arms, base: MuSeRConfig, tc: TrainConfig, split, seeds, *, num_interests: int, ortho_lambda: float,
-             align_weight: float, semantic=None, ks=(10, 50), progress: bool = True) -> dict:
-    """Train and evaluate every arm on every seed: {arm: {seed: {"validation", "test": per-user metrics,
-    "history", "wall_s"}}}; popularity is trained once and repeated per seed (it has no randomness)."""
+def run_arms(arms, base: MuSeRConfig, tc: TrainConfig, split, seed: int, *, num_interests: int,
+             ortho_lambda: float, align_weight: float, semantic: dict | None = None, ks=(10, 50),
+             progress: bool = True) -> dict:
+    """Train every arm once at ``seed`` and evaluate it: {arm: {"validation", "test": per-user metrics,
+    "history", "wall_s", "updates", "checkpoint"}}. ``semantic`` maps a text mode (:data:`TEXT_MODE`) to its
+    embedding matrix. ``popularity`` (training counts) makes no updates and starts from no weights."""
     out: dict = {}
-    bar = tqdm(total=len(arms) * len(seeds), desc="arms x seeds", disable=not progress, mininterval=5.0)
-    for arm in arms:
+    for arm in tqdm(arms, desc="arms", disable=not progress, mininterval=5.0):
         cfg = arm_config(arm, base, num_interests=num_interests, ortho_lambda=ortho_lambda, align_weight=align_weight)
-        if cfg is not None and cfg.semantic and semantic is None:
-            raise ValueError(f"arm {arm!r} needs the semantic matrix")
-        out[arm] = {}
-        for seed in seeds:
-            if cfg is None:
-                res = {k: popularity_metrics(split.train, base.n_items, case.history, case.target, ks)
-                       for k, case in (("validation", split.validation), ("test", split.test))}
-                out[arm][seed] = {**res, "history": [], "wall_s": 0.0}
-                bar.update(1)
-                continue
-            model, hist, wall = train_model(cfg, tc, split.train, seed, semantic, progress=False)
-            out[arm][seed] = {"validation": evaluate(model, split.validation.history, split.validation.target, ks=ks),
-                              "test": evaluate(model, split.test.history, split.test.target, ks=ks),
-                              "history": hist, "wall_s": wall, "model": model}
-            bar.update(1)
-    bar.close()
+        if cfg is None:
+            res = {k: popularity_metrics(split.train, base.n_items, case.history, case.target, ks)
+                   for k, case in (("validation", split.validation), ("test", split.test))}
+            out[arm] = {**res, "history": [], "wall_s": 0.0, "updates": 0, "checkpoint": "none (training counts)"}
+            continue
+        sem = None
+        if cfg.semantic:
+            sem = (semantic or {}).get(TEXT_MODE[arm])
+            if sem is None:
+                raise ValueError(f"arm {arm!r} needs the semantic matrix of text mode {TEXT_MODE[arm]!r}")
+        trained = train_model(cfg, tc, split.train, seed, sem, progress=False)
+        out[arm] = {"validation": evaluate(trained.model, split.validation.history, split.validation.target, ks=ks),
+                    "test": evaluate(trained.model, split.test.history, split.test.target, ks=ks),
+                    "history": trained.history, "wall_s": trained.wall_s, "updates": trained.updates,
+                    "checkpoint": trained.checkpoint}
     return out

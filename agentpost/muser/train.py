@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from agentpost.evidence.outcomes import fingerprint
 from agentpost.muser.interests import orthogonality_penalty
 from agentpost.muser.loss import NEGATIVES, alignment_infonce, next_k_contrastive
 from agentpost.muser.model import MuSeRConfig, build_model
@@ -104,13 +106,25 @@ def batch_loss(model, hist: torch.Tensor, pos: torch.Tensor, cfg: MuSeRConfig, t
     return loss, parts
 
 
+class Trained(NamedTuple):
+    """A trained arm: the model (eval mode), per-epoch mean losses, wall seconds, the optimiser steps actually
+    made and the fingerprint of the weights it started from (the arm facts of :func:`record_outcomes`)."""
+
+    model: torch.nn.Module
+    history: list[dict]
+    wall_s: float
+    updates: int
+    checkpoint: str
+
+
 def train_model(cfg: MuSeRConfig, tc: TrainConfig, train: list[np.ndarray], seed: int, semantic=None,
-                progress: bool = True):
-    """Train one arm; returns (model in eval mode, history of per-epoch mean losses, wall seconds)."""
+                progress: bool = True) -> Trained:
+    """Train one arm from scratch at ``seed`` (initialisation, batch order and sampled negatives)."""
     torch.manual_seed(seed)
     rng = np.random.default_rng(seed)
     gen = torch.Generator().manual_seed(seed)
     model = build_model(cfg, semantic)
+    checkpoint = fingerprint(model.state_dict())
     opt = torch.optim.Adam(model.parameters(), lr=tc.lr)
     users, ends = prefixes(train)
     if len(users) == 0:
@@ -118,7 +132,7 @@ def train_model(cfg: MuSeRConfig, tc: TrainConfig, train: list[np.ndarray], seed
     hist_all = windows(train, users, ends, model.window)
     pos_all = next_items(train, users, ends, tc.next_k)
     steps = tc.epochs * int(np.ceil(len(users) / tc.batch_size))
-    history, t0 = [], time.perf_counter()
+    history, updates, t0 = [], 0, time.perf_counter()
     model.train()
     with tqdm(total=steps, desc=f"train {cfg.kind}", disable=not progress, leave=False) as bar:
         for epoch in range(tc.epochs):
@@ -131,12 +145,13 @@ def train_model(cfg: MuSeRConfig, tc: TrainConfig, train: list[np.ndarray], seed
                 opt.zero_grad()
                 loss.backward()
                 opt.step()
+                updates += 1
                 for k, v in parts.items():
                     sums[k] = sums.get(k, 0.0) + v * len(idx)
                 bar.update(1)
             history.append({"epoch": epoch + 1, **{k: v / len(users) for k, v in sums.items()}})
     model.eval()
-    return model, history, time.perf_counter() - t0
+    return Trained(model, history, time.perf_counter() - t0, updates, checkpoint)
 
 
 def target_ranks(scores: torch.Tensor, targets: torch.Tensor, seen: list[np.ndarray]) -> np.ndarray:

@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 import torch
 
-from agentpost.data.movietweetings import (EvalCase, leave_last_out,
+from agentpost.data.movietweetings import (EvalCase, Interactions, Movie, leave_last_out,
                                            load_interactions, time_split)
-from agentpost.muser.diagnostic import ARMS, arm_config
+from agentpost.muser.diagnostic import ARMS, arm_config, item_texts
 from agentpost.muser.model import MuSeR, MuSeRConfig, SASRec
 from agentpost.muser.serving import build_replay, cached_scores, policy_lengths, refresh_lengths, replay_policy
 from agentpost.muser.train import TrainConfig, batch_loss, evaluate, history_windows, prefixes, train_model
@@ -106,7 +106,7 @@ def test_training_step_reduces_loss_and_sasrec_is_causal():
     seqs = [((np.arange(8) + s) % 30) + 1 for s in range(30)]
     cfg = _cfg(semantic=True, align_weight=0.1, ortho_lambda=0.1)
     sem = torch.randn(30, 16, generator=torch.Generator().manual_seed(0))
-    model, hist, _ = train_model(cfg, TrainConfig(epochs=15, batch_size=64, n_sampled=8), seqs, 0, sem,
+    model, hist, *_ = train_model(cfg, TrainConfig(epochs=15, batch_size=64, n_sampled=8), seqs, 0, sem,
                                  progress=False)
     assert hist[-1]["next_k"] < hist[0]["next_k"] and {"ortho", "align"} <= set(hist[0])
     m = evaluate(model, [s[:-1] for s in seqs], np.array([s[-1] for s in seqs]))
@@ -171,3 +171,28 @@ def test_tampered_data_is_refused(tmp_path, monkeypatch):
     with pytest.raises(DataChecksumError, match="movies.dat has 19 bytes; movietweetings-100k/SOURCE.md records"):
         mt.load_movies()
     mt.load_movies.cache_clear()
+
+
+def test_year_only_text_control_and_its_arm():
+    movies = (Movie(1, "Gravity (2013)", ("Drama", "Sci-Fi")), Movie(2, "Untitled", ()))
+    assert item_texts(movies, "full") == ["Gravity (2013). Genres: Drama, Sci-Fi.", "Untitled. Genres: unknown genre."]
+    assert item_texts(movies, "year") == ["Released in 2013.", "Release year unknown."]
+    with pytest.raises(ValueError, match="text mode 'title'"):
+        item_texts(movies, "title")
+    base = _cfg()
+    kw = dict(num_interests=6, ortho_lambda=0.1, align_weight=0.1)
+    assert arm_config("semantic_year", base, **kw) == arm_config("semantic", base, **kw)
+
+
+def test_train_model_counts_updates_and_seeds_are_replications():
+    """Synthetic sequences: the optimiser steps are counted, the starting weights are fingerprinted, and two seeds
+    start from different weights and give different per-user scores (a seed is a replication)."""
+    seqs = [((np.arange(8) + s) % 30) + 1 for s in range(30)]
+    tc = TrainConfig(epochs=2, batch_size=64, n_sampled=8)
+    a, b, a2 = (train_model(_cfg(), tc, seqs, seed, progress=False) for seed in (0, 1, 0))
+    assert a.updates == 2 * int(np.ceil(30 * 7 / 64))
+    assert a.checkpoint == a2.checkpoint and a.checkpoint != b.checkpoint
+    hist = torch.from_numpy(history_windows([s[:-1] for s in seqs], a.model.window))
+    items = a.model.items.all_items()
+    sa, sb = a.model.score(a.model(hist), items), b.model.score(b.model(hist), items)
+    assert not torch.allclose(sa, sb)
