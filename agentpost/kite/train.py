@@ -16,6 +16,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from agentpost.evidence.outcomes import fingerprint
 from agentpost.kite.expansion import expand
 from agentpost.kite.flops import match_budget, relative_budget_error, training_flops_per_sequence
 from agentpost.kite.model import DenseLM, SSTLM, build
@@ -125,7 +126,9 @@ def train_arm(kind: str, stream: torch.Tensor, spec: TrainSpec, lr: float, seed:
     """Train one arm (``sst``, ``dense_flops`` or ``dense_kv``) at the SST's training budget; returns (model, info).
 
     ``seed`` sets the initialisation and the stream of training windows (the same windows, in the same order,
-    for every arm).
+    for every arm). ``info["init"]`` is the fingerprint of the weights the arm started from (the SST's stage-1
+    Prefiller, which is the same initialisation as ``dense_kv`` at the same seed); ``info["updates"]`` counts the
+    optimizer steps actually made.
     """
     if kind not in ARMS:
         raise ValueError(f"unknown arm {kind!r}; use one of {ARMS}")
@@ -137,6 +140,7 @@ def train_arm(kind: str, stream: torch.Tensor, spec: TrainSpec, lr: float, seed:
     if kind == "sst":
         torch.manual_seed(seed)
         stage1 = DenseLM(sst.cfg.prefiller).to(spec.device)
+        init = fingerprint(stage1.state_dict())
         losses = fit(stage1, stream, [spec.batch_size] * spec.stage1_updates, lr, spec, gen)
         model = expand(stage1, sst, spec.expansion_init)
         losses += fit(model, stream, [spec.batch_size] * spec.stage2_updates, lr, spec, gen)
@@ -144,11 +148,12 @@ def train_arm(kind: str, stream: torch.Tensor, spec: TrainSpec, lr: float, seed:
     else:
         torch.manual_seed(seed)
         model = build(kind, **{k: v for k, v in model_kwargs.items() if k in _DENSE_KEYS}).to(spec.device)
+        init = fingerprint(model.state_dict())
         per_seq = training_flops_per_sequence(model.cfg, spec.seq_len)
         sizes = match_budget(budget, per_seq, spec.updates)
         losses = fit(model, stream, sizes, lr, spec, gen)
         spent = sum(sizes) * per_seq
-    info = {"arm": kind, "lr": lr, "seed": seed, "updates": len(sizes), "sequences": sum(sizes),
+    info = {"arm": kind, "lr": lr, "seed": seed, "init": init, "updates": len(losses), "sequences": sum(sizes),
             "train_flops": float(spent), "budget_error": relative_budget_error(budget, spent / sum(sizes), sizes),
             "final_train_loss": float(np.mean(losses[-10:])), "params": sum(p.numel() for p in model.parameters()),
             "spec": asdict(spec)}
@@ -158,7 +163,8 @@ def train_arm(kind: str, stream: torch.Tensor, spec: TrainSpec, lr: float, seed:
 @torch.no_grad()
 def per_article_nll(model: torch.nn.Module, windows: torch.Tensor, owner: torch.Tensor,
                     batch: int = 64) -> np.ndarray:
-    """Mean next-token NLL (nats/token) per article over its windows (items of the paired comparison)."""
+    """Mean next-token NLL (nats/token) per article over its windows (items of the paired comparison), in the
+    order of ``torch.unique(owner)`` (the article indices: :func:`article_ids`)."""
     model.eval()
     device = next(model.parameters()).device
     per_window = []
@@ -168,5 +174,9 @@ def per_article_nll(model: torch.nn.Module, windows: torch.Tensor, owner: torch.
         nll = F.cross_entropy(logits.transpose(1, 2), w[:, 1:], reduction="none").mean(dim=1)
         per_window.append(nll)
     per_window = torch.cat(per_window).cpu()
-    ids = torch.unique(owner)
-    return np.array([float(per_window[owner == a].mean()) for a in ids.tolist()])
+    return np.array([float(per_window[owner == a].mean()) for a in article_ids(owner)])
+
+
+def article_ids(owner: torch.Tensor) -> list[int]:
+    """The article indices scored, in :func:`per_article_nll`'s order (stable item ids across seeds)."""
+    return torch.unique(owner).tolist()

@@ -15,6 +15,7 @@ import numpy as np
 import torch
 
 from agentpost.data.stabletoolbench import load_apis, load_queries
+from agentpost.evidence.outcomes import fingerprint
 from agentpost.rl import broadcast_sequence_values, group_advantage
 from agentpost.toolsearcher.credit import group_credit, parse_tool_list, selection_reward, set_f1
 from agentpost.toolsearcher.env import SearchEnv, category_centroids, clauses
@@ -115,7 +116,8 @@ def _credit(cfg: TrainConfig, episodes, task, lay_mask):
 
 
 def train(world: World, train_tasks, cfg: TrainConfig, seed: int) -> dict:
-    """REINFORCE-style clipped updates of the log-linear policy; returns theta, per-step history and wall time.
+    """REINFORCE-style clipped updates of the log-linear policy; returns theta, per-step history, wall time and
+    ``updates`` (optimizer steps actually made).
 
     One update per step over all prompts x rollouts (mini-batch = batch); the reference policy is the initial
     policy (``PRIOR_THETA``); CCTD applies to the first ``cctd_fraction`` of the steps.
@@ -127,7 +129,7 @@ def train(world: World, train_tasks, cfg: TrainConfig, seed: int) -> dict:
     theta_ref = torch.tensor(PRIOR_THETA, dtype=torch.float64)
     opt = torch.optim.Adam([theta], lr=cfg.lr)
     n_cctd = int(round(cfg.cctd_fraction * cfg.steps)) if cfg.cctd_mode != "off" else 0
-    history = []
+    history, updates = [], 0
     start = time.perf_counter()
     for step in range(cfg.steps):
         constrain = cfg.cctd_mode if step < n_cctd else "off"
@@ -150,6 +152,7 @@ def train(world: World, train_tasks, cfg: TrainConfig, seed: int) -> dict:
             opt.zero_grad()
             loss.backward()
             opt.step()
+            updates += 1
         ms = [episode_metrics(e, t.targets) for t, g in groups for e in g]
         history.append({"step": step, "cctd": constrain != "off", "reward": float(np.mean(rewards)),
                         "srecall": float(np.mean([m["srecall"] for m in ms])),
@@ -157,25 +160,11 @@ def train(world: World, train_tasks, cfg: TrainConfig, seed: int) -> dict:
                         "f1": float(np.mean([m["f1"] for m in ms])), "dropped": dropped,
                         "kl": float(parts["kl"]), "loss": float(loss.detach())})
     return {"theta": theta.detach().numpy().copy(), "history": history, "wall_s": time.perf_counter() - start,
-            "config": asdict(cfg), "seed": seed}
+            "config": asdict(cfg), "seed": seed, "updates": updates}
 
 
-def run_arms(world: World, train_tasks, test_tasks, base: TrainConfig, seeds) -> dict:
-    """Train both arms (``toolsearcher``, ``grpo``) for every seed with otherwise identical configs; evaluate
-    greedily on ``test_tasks``. Returns ``{arm: {seed: {"metrics": {name: per-item array}, "history", "wall_s",
-    "theta"}}}``."""
-    from dataclasses import replace
-
-    out: dict = {arm: {} for arm in ARMS}
-    for seed in seeds:
-        for arm in ARMS:
-            res = train(world, train_tasks, replace(base, arm=arm), seed)
-            res["metrics"] = evaluate(world, res["theta"], test_tasks)
-            out[arm][seed] = res
-    return out
-
-
-#: Readings of the spec's ambiguities 1 and 2 compared on validation: (arm, selection_gate, nondiscovery_credit).
+#: Readings of the spec's ambiguities 1 and 2 (arm, selection_gate, nondiscovery_credit); the outcome-GRPO arm
+#: ignores both.
 VARIANTS = (
     ("grpo", "none", "zero"),
     ("toolsearcher", "after_norm", "zero"),
@@ -185,18 +174,44 @@ VARIANTS = (
 )
 
 
-def validation_variants(world: World, train_tasks, val_tasks, base: TrainConfig, seeds, variants=VARIANTS) -> list:
-    """Train each variant for each seed and score it greedily on the validation tasks (selection data only).
-    Returns one row per variant with seed-averaged mean metrics and training wall time."""
+def data_version(*task_lists) -> str:
+    """Fingerprint of the tasks read (ids, targets and clause embeddings of every split, in order)."""
+    return fingerprint([[t.uid, list(t.targets), t.clause_emb] for tasks in task_lists for t in tasks])
+
+
+def run_seed(world: World, train_tasks, val_tasks, test_tasks, base: TrainConfig, seed: int,
+             variants=VARIANTS) -> dict:
+    """One replication: train every reading in ``variants`` plus ``base``'s own once at ``seed``, score each
+    greedily on validation and test, and choose the ToolSearcher reading with the best validation F1
+    (``select_on_validation``: validation only).
+
+    Returns ``{"variants": [row per reading: arm, gate, nondiscovery, updates, wall_s, val (means), test (per-item
+    arrays)], "default": index of base's reading, "grpo": index of the outcome arm, "selected": index of the chosen
+    reading, "val_f1": {reading: validation F1}}``.
+    """
     from dataclasses import replace
 
+    from agentpost.stats import Split, select_on_validation
+
+    if base.arm != "toolsearcher":
+        raise ValueError(f"run_seed: base must be the toolsearcher arm's config, got arm {base.arm!r}")
+    readings = list(variants)
+    own = ("toolsearcher", base.gate, base.nondiscovery)
+    if own not in readings:
+        readings.append(own)
+    if not any(r[0] == "grpo" for r in readings):
+        raise ValueError("run_seed: variants must include the outcome-GRPO arm ('grpo', ...)")
     rows = []
-    for arm, gate, nondisc in variants:
-        per = []
-        for seed in seeds:
-            res = train(world, train_tasks, replace(base, arm=arm, gate=gate, nondiscovery=nondisc), seed)
-            per.append({k: float(v.mean()) for k, v in evaluate(world, res["theta"], val_tasks).items()}
-                       | {"wall_s": res["wall_s"]})
-        rows.append({"arm": arm, "gate": gate, "nondiscovery": nondisc,
-                     **{k: float(np.mean([p[k] for p in per])) for k in per[0]}})
-    return rows
+    for arm, gate, nondisc in readings:
+        res = train(world, train_tasks, replace(base, arm=arm, gate=gate, nondiscovery=nondisc), seed)
+        val = evaluate(world, res["theta"], val_tasks)
+        rows.append({"arm": arm, "gate": gate, "nondiscovery": nondisc, "updates": res["updates"],
+                     "wall_s": res["wall_s"], "history": res["history"],
+                     "val": {k: float(v.mean()) for k, v in val.items()},
+                     "test": evaluate(world, res["theta"], test_tasks)})
+    ts = {i: r for i, r in enumerate(rows) if r["arm"] == "toolsearcher"}
+    chosen, val_f1 = select_on_validation(list(ts), lambda i, split: ts[i]["val"]["f1"],
+                                          Split("validation", val_tasks), higher_is_better=True)
+    return {"variants": rows, "default": readings.index(own), "selected": chosen,
+            "grpo": next(i for i, r in enumerate(rows) if r["arm"] == "grpo"),
+            "val_f1": {f"{rows[i]['gate']}/{rows[i]['nondiscovery']}": f for i, f in val_f1.items()}}

@@ -69,3 +69,27 @@ def test_outcome_arm_puts_one_advantage_on_every_assistant_token(fake):
         assert vals.numel() == 1 and torch.all(adv[i][lay.mask[i] == 0] == 0)
     m = episode_metrics(group[0], tasks[0].targets)
     assert set(m) == {"f1", "exact", "srecall", "searches", "answered"}
+
+
+def test_run_seed_trains_each_reading_once_and_selects_on_validation(fake):
+    from agentpost.toolsearcher.train import VARIANTS, data_version, run_seed
+
+    world, tasks = fake
+    cfg = TrainConfig(steps=2, prompts_per_step=2, rollouts_per_prompt=3, lr=0.1, gate="before_norm")
+    a = run_seed(world, tasks, tasks[:2], tasks[2:], cfg, 7)
+    rows = a["variants"]
+    assert [(r["arm"], r["gate"], r["nondiscovery"]) for r in rows] == list(VARIANTS)  # base's reading is one of them
+    assert rows[a["default"]]["gate"] == "before_norm" and rows[a["grpo"]]["arm"] == "grpo"
+    assert {r["updates"] for r in rows} == {2}  # counted optimizer steps, not the parameter
+    best = max(r["val"]["f1"] for r in rows if r["arm"] == "toolsearcher")
+    assert rows[a["selected"]]["arm"] == "toolsearcher" and rows[a["selected"]]["val"]["f1"] == best
+    assert all(len(r["test"]["f1"]) == 2 for r in rows)
+    b = run_seed(world, tasks, tasks[:2], tasks[2:], cfg, 8)
+    # a seed is a replication: another seed trains other policies (different sampled rollouts)
+    assert any(not np.array_equal(x["history"][0]["reward"], y["history"][0]["reward"]) or
+               x["history"][-1]["loss"] != y["history"][-1]["loss"] for x, y in zip(rows, b["variants"]))
+    assert data_version(tasks) == data_version(tasks) != data_version(tasks[::-1])
+    with pytest.raises(ValueError, match="toolsearcher arm"):
+        run_seed(world, tasks, tasks[:2], tasks[2:], TrainConfig(arm="grpo"), 7)
+    with pytest.raises(ValueError, match="outcome-GRPO"):
+        run_seed(world, tasks, tasks[:2], tasks[2:], cfg, 7, variants=VARIANTS[1:])
