@@ -17,7 +17,7 @@ import yaml
 from agentpost.catalogue import Chapter, chapters
 from agentpost.errors import UsageError
 from agentpost.evidence import receipt as rc
-from agentpost.evidence.escape import code, escape_cell, escape_md
+from agentpost.evidence.escape import code, escape_cell
 from agentpost.evidence.levels import LEVELS, ClaimStatus, Run, collect_runs, ledger_rows, newest_configuration, read_claims_report
 from agentpost.evidence.comparison_pages import comparisons_section, headline_section
 from agentpost.evidence.comparisons import compute, compute_all

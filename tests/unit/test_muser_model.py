@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from agentpost.data.movietweetings import (EvalCase, Interactions, Movie, leave_last_out,
+from agentpost.data.movietweetings import (EvalCase, Movie, leave_last_out,
                                            load_interactions, time_split)
 from agentpost.muser.diagnostic import ARMS, arm_config, item_texts
 from agentpost.muser.model import MuSeR, MuSeRConfig, SASRec
