@@ -4,7 +4,7 @@ A chapter notebook is one seed; its declared comparisons are computed across a p
 (:mod:`agentpost.evidence.comparisons`). ``agentpost ledger`` writes, for every started chapter,
 ``book/generated/verdicts/<chapter>.ipynb``: for each profile with runs, the forest plot and, per declared
 comparison, glued values named ``<profile>_<comparison id>_<field>`` (``verdict``, ``estimate``, ``ci_low``,
-``ci_high``, ``mde``, ``seeds``; ``-`` in a profile name becomes ``_``). The chapter's prose cites them with
+``ci_high``, ``mde``, ``seeds``; ``-`` in a profile name becomes ``_``; numbers are NaN where nothing was computed). The chapter's prose cites them with
 ``{glue:text}`../book/generated/verdicts/<chapter>.ipynb::smoke_<id>_verdict:s``` (a format spec is needed
 after a ``path::key``: myst-nb splits the format at the last colon) or ``...::smoke_<id>_estimate:+.3f``. Its outputs are written with the
 notebook (the same display bundles :func:`agentpost.evidence.glue` makes); its code cell recomputes them when the
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import base64
 import json
+import math
 from pathlib import Path
 
 from agentpost.catalogue import Chapter
@@ -44,8 +45,9 @@ def glued_values(profile: str, computed: list[Computed]) -> dict:
     for c in computed:
         r = c.result or {}
         verdict = c.verdict if c.result else f"not computed ({c.problem})"
-        row = {"verdict": verdict, "estimate": r.get("estimate"), "ci_low": r.get("ci_low"),
-               "ci_high": r.get("ci_high"), "mde": r.get("mde"), "seeds": len(c.seeds)}
+        # NaN (not None) where nothing was computed, so a format spec in the prose still applies ("nan")
+        row = {"verdict": verdict, **{k: r.get(k, math.nan) for k in ("estimate", "ci_low", "ci_high", "mde")},
+               "seeds": len(c.seeds)}
         values.update({glue_name(profile, c.comparison.id, f): row[f] for f in FIELDS})
     return values
 

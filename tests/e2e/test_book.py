@@ -19,8 +19,8 @@ def test_ledger_and_book_build(tiny_runs, tmp_path):
     assert level["C1"] == "**mechanism**"  # tests passed, no metric tied
     assert level["C2"] == "**none**"  # a failing test withholds the level
     assert level["C3"] == "**diagnostic**"  # three valid seeds record its metrics
-    assert "trigram_vs_bigram: " in section and "3 seeds;" in section  # the level comes with the declared verdict
-    assert "test_nll_trigram_nats = " in section and "(mean of 3 seeds)" in section
+    assert "trigram\\_vs\\_bigram: " in section and "3 seeds;" in section  # the level comes with the declared verdict
+    assert "conclusive)" in section  # with whether the verdict settles the question
     assert "| [opsd](#opsd) | not started |" in page
     evidence = (project / "book" / "generated" / "evidence" / "paired-protocol.md").read_text()
     assert "## Profile `tiny`" in evidence and "| 42 | ok | yes" in evidence and "`trigram_vs_bigram` ★" in evidence

@@ -28,7 +28,7 @@ def _receipt(seed: int, **over) -> dict:
             "hashes": {"source_notebook": "s", "parameters": "p", "code_tree": "c", "data": {}, "output_notebook": "o"},
             "timing": {"start": "2026-01-01T00:00:00+00:00", "end": "2026-01-01T00:00:10+00:00", "wall_s": 10.0},
             "peak_memory": {"host_rss_bytes": 2**20}, "device": {"kind": "cpu", "name": DOWNLOAD + RAW},
-            "metrics": {"test_nll_sst_nats": SCRIPT, "test_nll_dense_flops_nats": DOWNLOAD + PIPE,
+            "metrics": {"outcomes_test_nll": RAW, "test_nll_sst_nats": SCRIPT, "test_nll_dense_flops_nats": DOWNLOAD + PIPE,
                         "paired_sst_vs_dense_flops": PAIRED, SCRIPT: RAW, "loss": seed / 100}, **over}
 
 
