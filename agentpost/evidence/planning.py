@@ -76,8 +76,8 @@ def render(rows: list[PlanRow], chapter_id: str, profile: str, *, show: int = 4)
                    f"item {vc['item'] or 0:.3g}, residual "
                    + ("-" if vc["residual"] is None else f"{vc['residual']:.3g}"))
         if not row.plan.designs:
-            out.append("    no design up to the largest seeds x items tried reaches the margin: the seed variance "
-                       "alone is too large (train longer or reduce seed-to-seed spread)")
+            out.append("    no design up to --max-seeds seeds x 10000 items reaches the margin: raise --max-seeds, or, "
+                       "where the seed variance dominates, reduce it (e.g. train longer)")
             continue
         for d in row.plan.designs[:show]:
             span = minutes(row.wall_s, d["seeds"], d["items"], n0)
