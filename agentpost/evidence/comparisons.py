@@ -70,7 +70,7 @@ def _arm_meta(facts: dict, like: dict | None, may_differ: tuple[str, ...]):
 
 def compute_one(chapter_id: str, profile: str, comparison: Comparison, runs) -> Computed:
     """``comparison`` over ``runs`` (the valid runs of one configuration)."""
-    from agentpost.stats.paired import ProtocolError, _check_meta, compare
+    from agentpost.stats.paired import ProtocolError, check_meta, compare
 
     out = Computed(chapter_id, profile, comparison)
     by_seed = _seed_outcomes(runs, comparison.metric)
@@ -101,25 +101,15 @@ def compute_one(chapter_id: str, profile: str, comparison: Comparison, runs) -> 
     try:
         for seed in out.seeds[1:]:  # every seed's arms must match too, not only the first
             facts = by_seed[seed]["facts"]
-            _check_meta(_arm_meta(facts[comparison.a], None, ()),
-                        _arm_meta(facts[comparison.b], facts[comparison.a], comparison.may_differ))
-        if comparison.shared_items:
-            order = list(a_vals[out.seeds[0]])
-            for seed in out.seeds:
-                if set(a_vals[seed]) != set(order):
-                    raise ProtocolError(f"items: {comparison.items} design, but seed {seed} scored other items than "
-                                        f"seed {out.seeds[0]} (declare items: nested, or score the same items)")
-            a = {s: [a_vals[s][i] for i in order] for s in out.seeds}
-            b = {s: [b_vals[s][i] for i in order] for s in out.seeds}
-        else:
-            a = {s: list(a_vals[s].values()) for s in out.seeds}
-            b = {s: [b_vals[s][i] for i in a_vals[s]] for s in out.seeds}
+            check_meta(_arm_meta(facts[comparison.a], None, ()),
+                       _arm_meta(facts[comparison.b], facts[comparison.a], comparison.may_differ))
         kwargs = {"bounds": comparison.bounds} if comparison.bounds is not None else {}
-        result = compare(a, b, meta_a=meta_a, meta_b=meta_b, higher_is_better=comparison.higher_is_better,
+        result = compare(a_vals, b_vals, meta_a=meta_a, meta_b=meta_b, higher_is_better=comparison.higher_is_better,
                          min_effect=comparison.min_effect, shared_items=comparison.shared_items,
                          name_a=comparison.a, name_b=comparison.b, **kwargs)
     except ProtocolError as err:
-        out.problem = str(err)
+        hint = " (declare items: nested, or score the same items)" if comparison.shared_items and "item" in str(err) else ""
+        out.problem = f"{err}{hint}"
         return out
     out.result = result.as_dict()
     return out

@@ -167,7 +167,8 @@ class PairedResult:
         )
 
 
-def _check_meta(meta_a: ArmMeta, meta_b: ArmMeta) -> None:
+def check_meta(meta_a: ArmMeta, meta_b: ArmMeta) -> None:
+    """Refuse a pairing of arms whose starting checkpoint, data, update count or token cap differ."""
     if not isinstance(meta_a, ArmMeta) or not isinstance(meta_b, ArmMeta):
         raise ProtocolError("compare needs ArmMeta for both arms (checkpoint, data_version, updates, max_new_tokens)")
     for name in ("checkpoint", "data_version", "updates", "max_new_tokens"):
@@ -550,7 +551,7 @@ def compare(
     if not isinstance(higher_is_better, (bool, np.bool_)):
         raise ProtocolError(f"higher_is_better must be True or False, got {higher_is_better!r}")
     higher_is_better = bool(higher_is_better)
-    _check_meta(meta_a, meta_b)
+    check_meta(meta_a, meta_b)
     seeds, arms = _paired_arrays(a, b, shared_items=shared_items)
     bounds = _bounds(arms, bounds)
     per_seed = [xb - xa for xa, xb in arms]

@@ -134,7 +134,8 @@ def test_unmatched_arm_facts_are_refused_unless_declared():
 def test_crossed_design_refuses_other_items_in_a_seed():
     runs = [fake_run(1, {"a": [0, 1], "b": [1, 1]}, ["x", "y"]), fake_run(2, {"a": [0, 0], "b": [1, 0]}, ["x", "y"]),
             fake_run(3, {"a": [0, 1], "b": [0, 1]}, ["x", "w"])]
-    assert "scored other items" in compute_one("x", "smoke", COMP, runs).problem
+    problem = compute_one("x", "smoke", COMP, runs).problem
+    assert "seed 3" in problem and "item ids differ" in problem and "declare items: nested" in problem
     nested = Comparison(**{**COMP.__dict__, "items": "nested"})
     assert compute_one("x", "smoke", nested, runs).problem is None
 
