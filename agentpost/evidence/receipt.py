@@ -28,7 +28,7 @@ from pydantic import BaseModel, ConfigDict
 from agentpost.evidence.hashing import notebook_source_hash, sha256_file, sha256_json, sha256_tree
 from agentpost.project import project_root
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 RECEIPT_NAME = "receipt.json"
 NOTEBOOK_NAME = "notebook.ipynb"
 #: The runs root, relative to the project root (the one place it is named).
@@ -98,15 +98,26 @@ class ReceiptV2(_Strict):
         return self.model_dump(mode="json")
 
 
-class Receipt(ReceiptV2):
-    """One run: a chapter notebook executed by papermill at one profile (plus overrides) and one seed."""
+class ReceiptV3(ReceiptV2):
+    """Schema version 3: before receipts listed the code files the run imported (read, never written)."""
 
     schema_version: Literal[3]
     backend: Backend  # where it executed; not part of the run key
 
 
+class Receipt(ReceiptV2):
+    """One run: a chapter notebook executed by papermill at one profile (plus overrides) and one seed."""
+
+    schema_version: Literal[4]
+    backend: Backend  # where it executed; not part of the run key
+    #: sha256 of every file of the project's code (CODE_PATTERNS' .py files, by path relative to the code root)
+    #: that the run's kernel had imported when its last cell finished: staleness is judged by these, so an edit
+    #: elsewhere in the tree does not make the run old. Not part of the run key (the cache keys on the whole tree).
+    imported_code: dict[str, str]
+
+
 #: The model of each schema version that still reads.
-MODELS: dict[int, type[ReceiptV2]] = {2: ReceiptV2, 3: Receipt}
+MODELS: dict[int, type[ReceiptV2]] = {2: ReceiptV2, 3: ReceiptV3, 4: Receipt}
 
 
 def json_schema() -> dict:
@@ -138,6 +149,21 @@ def code_root() -> Path:
 @functools.lru_cache(maxsize=None)
 def code_tree_hash() -> str:
     return sha256_tree(code_root(), CODE_PATTERNS)
+
+
+def changed_code(imported: dict[str, str]) -> list[str]:
+    """The files of ``imported`` (``{path relative to the code root: sha256}``) that differ now or are gone."""
+    root = code_root()
+    changed = []
+    for rel, digest in sorted(imported.items()):
+        path = root / rel
+        try:
+            same = path.resolve().is_relative_to(root) and sha256_file(path) == digest
+        except OSError:
+            same = False
+        if not same:
+            changed.append(rel)
+    return changed
 
 
 def data_hashes(datasets: tuple[str, ...]) -> dict[str, str]:

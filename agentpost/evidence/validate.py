@@ -359,7 +359,10 @@ def stale_inputs(r: dict) -> list[str]:
     except (KeyError, OSError):
         stale.append("hashes.source_notebook")
         ch = None
-    if rc.code_tree_hash() != r["hashes"]["code_tree"]:
+    if r.get("imported_code"):  # judged by the files the run imported (schema 4); older receipts by the whole tree
+        if rc.changed_code(r["imported_code"]):
+            stale.append("imported_code")
+    elif rc.code_tree_hash() != r["hashes"]["code_tree"]:
         stale.append("hashes.code_tree")
     try:
         current = rc.data_hashes(ch.datasets) if ch else {}

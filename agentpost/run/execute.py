@@ -27,7 +27,9 @@ from typing import Callable
 
 import nbformat
 import papermill
+from papermill.clientwrap import PapermillNotebookClient
 from papermill.engines import NBClientEngine, papermill_engines
+from papermill.log import logger
 from papermill.exceptions import PapermillExecutionError
 from traitlets.config import Config
 
@@ -87,11 +89,50 @@ def reclaim_scratch() -> int:
 CellCallback = Callable[[int, int], None]
 
 
+#: Notebook metadata key under which the engine leaves the probe's answer (removed again by execute_papermill).
+IMPORTED_CODE_KEY = "agentpost_imported_code"
+
+#: Run in the kernel after the last cell, never shown: the files of the agentpost package (its kernels included)
+#: that the run imported, hashed where the kernel found them, and the code root it found them under.
+IMPORTED_CODE_PROBE = """\
+import hashlib as _h, json as _j, pathlib as _p, sys as _s
+import agentpost as _a
+_root = _p.Path(_a.__file__).resolve().parent.parent
+_files = {}
+for _m in list(_s.modules.values()):
+    _f = getattr(_m, "__file__", None)
+    _r = _p.Path(_f).resolve() if isinstance(_f, str) else None
+    if _r is not None and _r.suffix == ".py" and _r.is_relative_to(_root) and _r.relative_to(_root).parts[0] in ("agentpost", "kernels"):
+        _files[_r.relative_to(_root).as_posix()] = _h.sha256(_r.read_bytes()).hexdigest()
+print(_j.dumps({"root": str(_root), "files": _files}))
+"""
+
+
+class ProbingClient(PapermillNotebookClient):
+    """papermill's client, asking the kernel after the last cell which project files it imported."""
+
+    def papermill_execute_cells(self):
+        super().papermill_execute_cells()
+        probe = nbformat.v4.new_code_cell(IMPORTED_CODE_PROBE)
+        self.nb.cells.append(probe)  # nbclient stores the executed cell at its index; removed right after
+        try:
+            self.execute_cell(probe, len(self.nb.cells) - 1, store_history=False)
+            text = "".join(o.get("text", "") for o in probe.outputs if o.get("name") == "stdout")
+            self.nb.metadata[IMPORTED_CODE_KEY] = json.loads(text)
+        except Exception as err:  # noqa: BLE001 - a dead kernel or an unreadable answer: the receipt says unknown
+            self.log.warning("agentpost: the imported-code probe failed: %s", err)
+        finally:
+            self.nb.cells.pop()
+
+
 class CellReportingEngine(NBClientEngine):
-    """papermill's nbclient engine, calling ``on_cell`` after each cell (papermill's ``cell_complete`` hook)."""
+    """papermill's nbclient engine, calling ``on_cell`` after each cell (papermill's ``cell_complete`` hook) and
+    probing the imported code after the last (:class:`ProbingClient`)."""
 
     @classmethod
-    def execute_managed_notebook(cls, nb_man, kernel_name, on_cell: CellCallback | None = None, **kwargs):
+    def execute_managed_notebook(cls, nb_man, kernel_name, log_output=False, stdout_file=None, stderr_file=None,
+                                 start_timeout=60, execution_timeout=None, on_cell: CellCallback | None = None,
+                                 **kwargs):
         if on_cell is not None:
             complete = nb_man.cell_complete
 
@@ -100,25 +141,56 @@ class CellReportingEngine(NBClientEngine):
                 on_cell(cell_index + 1, len(nb_man.nb.cells))
 
             nb_man.cell_complete = cell_complete
-        return super().execute_managed_notebook(nb_man, kernel_name, **kwargs)
+        # papermill's own NBClientEngine.execute_managed_notebook does the same with its PapermillNotebookClient
+        timeout = execution_timeout or kwargs.get("timeout")
+        kwargs = {k: v for k, v in kwargs.items() if k not in ("input_path", "timeout", "startup_timeout")}
+        return ProbingClient(nb_man, timeout=timeout, startup_timeout=start_timeout,
+                             kernel_name=kernel_name, log=logger, log_output=log_output, stdout_file=stdout_file,
+                             stderr_file=stderr_file, **kwargs).execute()
 
 
 papermill_engines.register("agentpost", CellReportingEngine)
 
 
+class ForeignCode(RuntimeError):
+    """The run's kernel imported agentpost from another folder than the code this process hashes."""
+
+
 def execute_papermill(source: Path, output: Path, *, parameters: dict | None = None, timeout_s: int | None = None,
-                      progress_bar: bool = False, on_cell: CellCallback | None = None) -> None:
+                      progress_bar: bool = False, on_cell: CellCallback | None = None) -> dict[str, str]:
     """Execute ``source`` into ``output`` with papermill in the notebook's folder; raises papermill's errors.
+
+    Returns ``{path relative to the code root: sha256}`` of the project files the kernel imported (empty when the
+    probe could not tell, e.g. the kernel died); raises :class:`ForeignCode` when the kernel's agentpost is not the
+    one under :func:`agentpost.evidence.receipt.code_root` (the code hash would describe other code).
 
     The kernel's sockets are files in a private temporary folder (one per execution, so concurrent runs never
     share a socket path; removed afterwards even when the kernel was killed)."""
     with tempfile.TemporaryDirectory(prefix=f"{SCRATCH_PREFIXES[1]}{os.getpid()}-") as sockets:
         transport = Config({"KernelManager": {"transport": "ipc", "ip": os.path.join(sockets, "kernel")}})
-        papermill.execute_notebook(
-            str(source), str(output), parameters=parameters, kernel_name="python3", cwd=str(source.parent),
-            progress_bar=progress_bar, request_save_on_cell_execute=False, execution_timeout=timeout_s,
-            engine_name="agentpost", on_cell=on_cell, config=transport,
-        )
+        try:
+            papermill.execute_notebook(
+                str(source), str(output), parameters=parameters, kernel_name="python3", cwd=str(source.parent),
+                progress_bar=progress_bar, request_save_on_cell_execute=False, execution_timeout=timeout_s,
+                engine_name="agentpost", on_cell=on_cell, config=transport,
+            )
+        finally:
+            probe = _pop_imported_code(output)
+    if probe and Path(probe.get("root", "")) != rc.code_root():
+        raise ForeignCode(f"the run's kernel imported agentpost from {probe.get('root')!r}, not from "
+                          f"{str(rc.code_root())!r} whose code this run records; run with one environment")
+    return dict(probe.get("files", {})) if probe else {}
+
+
+def _pop_imported_code(output: Path) -> dict | None:
+    """The probe's answer, removed from the executed notebook's metadata (it is the receipt's, not the page's)."""
+    if not output.is_file():
+        return None
+    nb = nbformat.read(output, as_version=4)
+    probe = nb.metadata.pop(IMPORTED_CODE_KEY, None)
+    if probe is not None:
+        nbformat.write(nb, output)
+    return probe if isinstance(probe, dict) else None
 
 
 @dataclass
@@ -158,10 +230,10 @@ def produce(spec: RunSpec, backend: str = "local", *, check_inputs: bool = False
         out_nb = Path(scratch) / rc.NOTEBOOK_NAME
         started = datetime.now(timezone.utc)
         t0 = time.perf_counter()
-        error = None
+        error, imported_code = None, {}
         try:
-            execute_papermill(chapter.notebook, out_nb, parameters=spec.notebook_parameters(),
-                              timeout_s=spec.timeout_s, on_cell=on_cell)
+            imported_code = execute_papermill(chapter.notebook, out_nb, parameters=spec.notebook_parameters(),
+                                              timeout_s=spec.timeout_s, on_cell=on_cell)
         except PapermillExecutionError as err:
             error = {"cell_index": err.cell_index, "ename": err.ename, "evalue": desensitize_text(str(err.evalue))[:2000]}
         wall = time.perf_counter() - t0
@@ -177,7 +249,7 @@ def produce(spec: RunSpec, backend: str = "local", *, check_inputs: bool = False
         timing={"start": started.isoformat(timespec="seconds"),
                 "end": ended.isoformat(timespec="seconds"), "wall_s": round(wall, 2)},
         peak_memory={"host_rss_bytes": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024},
-        metrics=read_scraps(nb), backend=backend,
+        metrics=read_scraps(nb), backend=backend, imported_code=imported_code,
     )
     message = f"cell {error['cell_index']}: {error['ename']}: {error['evalue'][:200]}" if error else None
     return RunOutput(spec, nb_text, rc.dump(receipt), wall, message)

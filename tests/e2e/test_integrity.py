@@ -280,3 +280,27 @@ def test_cache_reuses_only_runs_that_validate(seed_runs):
     assert again.returncode == 0, again.stdout + again.stderr
     assert "cached" not in again.stdout and " ok " in again.stdout
     assert agentpost(project, "validate", str(run)).returncode == 0, "the re-run replaced the tampered run"
+
+
+def test_the_kernel_reports_the_code_it_imported_and_a_foreign_copy_fails_the_run(tmp_path, monkeypatch):
+    """The probe after the last cell names the library files the kernel loaded; a kernel that imports `agentpost`
+    from another folder than the one the runner hashes (a patched copy on PYTHONPATH) fails instead of recording
+    the checkout's hash for code that did not run."""
+    import nbformat
+
+    from agentpost.run.execute import ForeignCode, execute_papermill
+
+    source = tmp_path / "probe.ipynb"
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("import agentpost.evidence.escape")]),
+                   source)
+    used = execute_papermill(source, tmp_path / "out.ipynb")
+    assert {"agentpost/__init__.py", "agentpost/evidence/escape.py"} <= set(used)
+    assert "agentpost_imported_code" not in (tmp_path / "out.ipynb").read_text()
+    copy = tmp_path / "patched"
+    (copy / "agentpost" / "evidence").mkdir(parents=True)
+    (copy / "agentpost" / "__init__.py").write_text("")
+    (copy / "agentpost" / "evidence" / "__init__.py").write_text("")
+    (copy / "agentpost" / "evidence" / "escape.py").write_text("PATCHED = True\n")
+    monkeypatch.setenv("PYTHONPATH", str(copy))
+    with pytest.raises(ForeignCode, match="patched"):
+        execute_papermill(source, tmp_path / "out2.ipynb")

@@ -56,3 +56,32 @@ def test_seeds_with_identical_metrics_are_copies():
                "hashes": {"source_notebook": "s", "parameters": "p", "code_tree": "c", "data": {}},
                "chapter": "kite", "profile": "a100"} for s in (1, 2, 3)]
     assert any("identical metrics" in reason for reason in gpu_evidence_problems(copies))
+
+
+def test_staleness_is_judged_by_the_code_the_run_imported(tmp_path, monkeypatch):
+    """A schema-4 receipt is old only when a file its kernel imported changed (or went); an edit elsewhere in the
+    tree does not stale it. A path outside the code root never reads as unchanged."""
+    from agentpost.evidence import receipt as rc
+    from agentpost.evidence.hashing import sha256_file
+    from agentpost.evidence.validate import stale_inputs
+
+    (tmp_path / "agentpost").mkdir()
+    used, other = tmp_path / "agentpost" / "used.py", tmp_path / "agentpost" / "other.py"
+    used.write_text("x = 1\n")
+    other.write_text("y = 1\n")
+    (tmp_path.parent / "outside.py").write_text("z = 1\n")
+    monkeypatch.setattr(rc, "code_root", lambda: tmp_path)
+    imported = {"agentpost/used.py": sha256_file(used)}
+    receipt = {"chapter": "paired-protocol", "hashes": {"source_notebook": "?", "code_tree": "old", "data": {}},
+               "imported_code": imported}
+    assert "imported_code" not in stale_inputs(receipt) and "hashes.code_tree" not in stale_inputs(receipt)
+    other.write_text("y = 2\n")  # not imported by the run
+    assert rc.changed_code(imported) == []
+    used.write_text("x = 2\n")
+    assert rc.changed_code(imported) == ["agentpost/used.py"] and "imported_code" in stale_inputs(receipt)
+    used.unlink()
+    assert rc.changed_code(imported) == ["agentpost/used.py"]
+    escape = {"../outside.py": sha256_file(tmp_path.parent / "outside.py")}
+    assert rc.changed_code(escape) == ["../outside.py"]
+    older = {k: v for k, v in receipt.items() if k != "imported_code"}  # schema 3: the whole tree decides
+    assert "hashes.code_tree" in stale_inputs(older)

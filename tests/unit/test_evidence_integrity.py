@@ -16,7 +16,7 @@ FIELDS = dict(chapter="kite", profile="smoke", kind="profile", seed=42, status="
                       "output_notebook": "o"},
               packages={"torch": "2.13.0", "torch_cuda": None}, device={"kind": "cpu", "name": "x"},
               timing={"start": "2026-01-01T00:00:00+00:00", "end": "2026-01-01T00:00:10+00:00", "wall_s": 10},
-              peak_memory={"host_rss_bytes": 1}, metrics={"m": 1.5})
+              peak_memory={"host_rss_bytes": 1}, metrics={"m": 1.5}, imported_code={"agentpost/x.py": "h"})
 
 
 def test_receipt_is_typed_sealed_and_has_a_schema():

@@ -35,14 +35,18 @@ def test_bad_placement_is_named(raw, culprit):
 
 def test_receipts_name_their_backend_and_version_2_still_reads():
     r = rc.build(**FIELDS, backend="ray").as_dict()
-    assert r["schema_version"] == 3 and r["backend"] == "ray"
+    assert r["schema_version"] == rc.SCHEMA_VERSION and r["backend"] == "ray"
     assert rc.json_schema()["properties"]["backend"]["enum"] == list(rc.BACKEND_NAMES)
     with pytest.raises(ValueError, match="backend"):
         rc.build(**FIELDS)  # a current receipt must say where it ran
     with pytest.raises(ValueError, match="backend"):
         rc.build(**FIELDS, backend="cloud")
-    old = {k: v for k, v in r.items() if k != "backend"} | {"schema_version": 2}
+    v3 = {k: v for k, v in r.items() if k != "imported_code"} | {"schema_version": 3}
+    rc.MODELS[3].model_validate(v3)  # a version-3 receipt (no imported code) reads as before
+    old = {k: v for k, v in v3.items() if k != "backend"} | {"schema_version": 2}
     rc.MODELS[2].model_validate(old)  # a version-2 receipt (no backend) reads as before
     with pytest.raises(ValueError, match="backend"):
-        rc.MODELS[2].model_validate(r | {"schema_version": 2})  # ...and cannot carry a field it did not have
+        rc.MODELS[2].model_validate(v3 | {"schema_version": 2})  # ...and cannot carry a field it did not have
+    with pytest.raises(ValueError, match="imported_code"):
+        rc.MODELS[3].model_validate(r | {"schema_version": 3})
     assert rc.run_key_of(r) == rc.run_key_of(old)  # the backend is not part of the run key
