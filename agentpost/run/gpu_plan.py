@@ -271,8 +271,9 @@ def execute(plan: Plan, budget_s: float, out: Path, dry: bool = False, only: lis
 
 
 def collect_runs(outcomes: list[Outcome], out: Path) -> list[Path]:
-    """Validate the a100 runs of every profile item that started and pack them into ``out`` (15 MiB pieces);
-    returns the run folders packed. The validation report goes to ``out/validate.log``."""
+    """Validate the a100 runs of every profile item that started, judge them as GPU evidence, and pack them into
+    ``out`` (15 MiB pieces); returns the run folders packed. ``out/validate.log`` gets ``agentpost validate``'s
+    report and one verdict line per chapter and configuration (:func:`evidence_verdicts`)."""
     root = project_root()
     chapters = [o.item.chapter for o in outcomes if o.item.kind == "profile" and o.wall_s is not None]
     folders = [root / "book" / "runs" / c / "a100" for c in chapters if (root / "book" / "runs" / c / "a100").is_dir()]
@@ -280,7 +281,8 @@ def collect_runs(outcomes: list[Outcome], out: Path) -> list[Path]:
         return []
     argv = [sys.executable, "-m", "agentpost", "validate", *map(str, folders)]
     report = subprocess.run(argv, cwd=root, capture_output=True, text=True)
-    (out / "validate.log").write_text(report.stdout + report.stderr)
+    verdicts = [line for f in folders for line in evidence_verdicts(f)]
+    (out / "validate.log").write_text(report.stdout + report.stderr + "\n".join(verdicts) + "\n")
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w:gz") as tar:
         for f in folders:
@@ -291,9 +293,30 @@ def collect_runs(outcomes: list[Outcome], out: Path) -> list[Path]:
     return folders
 
 
-def outcome_table(outcomes: list[Outcome], settings: dict, dry: bool) -> str:
+def evidence_verdicts(folder: Path) -> list[str]:
+    """Whether the runs under ``folder`` count as GPU evidence, one line per (chapter, profile) and kind of run:
+    the GPU-evidence rules (:func:`agentpost.evidence.validate.gpu_evidence_problems`) applied to the newest
+    configuration, ad-hoc runs (a dry run's, made with overrides) included, which ``agentpost validate`` leaves out
+    because they never count."""
+    from agentpost.evidence import receipt as rc
+    from agentpost.evidence.levels import group_runs, newest_configuration
+    from agentpost.evidence.validate import check_run, gpu_evidence_problems
+
+    profile, adhoc = group_runs([check_run(d) for d in rc.run_dirs(folder)])
+    lines = []
+    for label, groups in (("", profile), (" (ad-hoc)", adhoc)):
+        for (chapter, name), runs in sorted(groups.items()):
+            newest = newest_configuration(runs)
+            reasons = gpu_evidence_problems([r.receipt for r in newest]) if newest else ["no valid run"]
+            lines.append(f"GPU evidence {chapter}/{name}{label}: "
+                         + ("yes" if not reasons else "no: " + "; ".join(reasons)))
+    return lines
+
+
+def outcome_table(outcomes: list[Outcome], settings: dict) -> str:
+    """What ran, what was skipped and why; "predicted min" is the GPU prediction (a dry run does not apply it)."""
     head = ("item", "kind", "predicted min", "status", "wall min", "note")
-    rows = [(o.item.name, o.item.kind, f"{item_minutes(o.item, settings, dry):.1f}", o.status,
+    rows = [(o.item.name, o.item.kind, f"{item_minutes(o.item, settings):.1f}", o.status,
              "-" if o.wall_s is None else f"{o.wall_s / 60:.1f}", o.note) for o in outcomes]
     widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(head)]
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in [head, *rows])
@@ -337,12 +360,12 @@ def main(argv=None) -> int:
         print("gpu_all: interrupted", file=sys.stderr)
         return 130
     packed = collect_runs(outcomes, out)
-    table = outcome_table(outcomes, plan.settings, args.dry_run_cpu)
+    table = outcome_table(outcomes, plan.settings)
     (out / "gpu_all.txt").write_text(f"{mode}, budget {args.budget_s:.0f} s\n{table}\n")
     (out / "gpu_all.json").write_text(json.dumps(
         {"mode": mode, "budget_s": args.budget_s, "packed": [p.relative_to(project_root()).as_posix() for p in packed],
          "items": [{"name": o.item.name, "kind": o.item.kind, "status": o.status, "note": o.note,
-                    "wall_s": o.wall_s, "predicted_min": item_minutes(o.item, plan.settings, args.dry_run_cpu)}
+                    "wall_s": o.wall_s, "predicted_min": item_minutes(o.item, plan.settings)}
                    for o in outcomes]}, indent=2))
     print(table)
     if packed:
