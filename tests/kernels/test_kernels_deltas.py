@@ -8,7 +8,7 @@ import torch
 from agentpost.deltas.rule import recurrent_gated_delta
 from agentpost.kernels.deltas import chunk_gated_delta_drift, chunk_gated_delta_drift_reference
 
-# AGENTPOST_TRITON_GPU=1 runs the same tests on the GPU (benchmarks/gpu_deltas.sh).
+# AGENTPOST_TRITON_GPU=1 runs the same tests on the GPU (benchmarks/gpu_all.sh, item kernel-tests).
 DEVICE = torch.device("cuda" if os.environ.get("AGENTPOST_TRITON_GPU") == "1" and torch.cuda.is_available() else "cpu")
 
 
