@@ -4,7 +4,9 @@ tests/e2e/test_gpu_all.py."""
 
 from __future__ import annotations
 
+import io
 import sys
+import tarfile
 import textwrap
 import time
 
@@ -13,10 +15,13 @@ import yaml
 
 from agentpost.errors import UsageError
 from agentpost.project import project_root
-from agentpost.run import gpu_plan
-from agentpost.run.gpu_plan import Item, Plan, execute, item_minutes, load_plan, prediction_table
 
 ROOT = project_root()
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import gpu_plan  # noqa: E402
+from gpu_plan import Item, Plan, execute, item_minutes, load_plan, pack, prediction_table  # noqa: E402
+
 SETTINGS = {"seeds": [42, 43, 44], "jobs": 3, "contention": 1.5, "overrun": 2.0, "reserve_s": 1, "grace_s": 5}
 
 
@@ -94,6 +99,29 @@ def test_dry_run_uses_the_dry_command_and_skips_items_without_one(tmp_path):
     out = execute(plan, 60, tmp_path, dry=True, say=quiet)
     assert [o.status for o in out] == ["done", "skipped"] and "no CPU dry-run sizes" in out[1].note
     assert marker.read_text() == "1|"
+
+
+def test_bundle_packs_every_output_but_the_table_into_pieces(tmp_path):
+    for name, text in (("gpu_all.txt", "table"), ("a.log", "log"), ("r.json", "{}")):
+        (tmp_path / name).write_text(text)
+    pieces = pack(tmp_path, [], bundle=True)
+    assert [p.name for p in pieces] == ["gpu-all.tar.gz.part0"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["gpu-all.tar.gz.part0", "gpu_all.txt"]
+    with tarfile.open(fileobj=io.BytesIO(pieces[0].read_bytes())) as tar:
+        assert sorted(tar.getnames()) == ["out/a.log", "out/r.json"]
+    assert pack(tmp_path, [], bundle=False) == []  # without the bundle and no runs: nothing to pack
+
+
+def test_the_plan_module_starts_on_a_bare_image():
+    """It imports no package beyond the standard library, PyYAML and agentpost's project helpers at start-up (the
+    lent GPU image has no pydantic, nbformat or papermill): a fresh interpreter shows which modules it loaded."""
+    import subprocess
+
+    code = ("import sys; sys.path.insert(0, 'benchmarks'); import gpu_plan; "
+            "print(sorted({m.split('.')[0] for m in sys.modules}))")
+    loaded = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    for heavy in ("pydantic", "nbformat", "papermill", "torch", "pandas"):
+        assert f"'{heavy}'" not in loaded, heavy
 
 
 def _write_plan(tmp_path, text: str):

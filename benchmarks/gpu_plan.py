@@ -10,13 +10,19 @@ Budget rule: an item starts only if its predicted minutes fit in what is left of
 budget's reserve is reached, whichever is first: SIGINT to its process group (``agentpost run`` then ends its
 running runs and keeps the finished ones), SIGKILL after ``grace_s``. Every item writes its log, and benchmarks
 their receipts, under the output folder; profile runs land in ``book/runs/<chapter>/a100/`` as usual and are
-validated (``agentpost validate``) and packed into ``a100-runs.tar.gz.part0, part1, ...`` there at the end.
+validated (``agentpost validate``) and packed into ``a100-runs.tar.gz.part0, part1, ...`` there at the end. With
+``--bundle`` (for the device tool, which returns at most 8 files) everything but the table ``gpu_all.txt`` goes into
+``gpu-all.tar.gz.part0, part1, ...`` instead: ``cat gpu-all.tar.gz.part* | tar -xz`` gives ``out/...`` (logs,
+receipts) and ``book/runs/...``.
+
+This module imports only the standard library, PyYAML and agentpost's project helpers (the evidence code only once
+profiles ran), so it starts on a bare GPU image; benchmarks/gpu_all.sh puts the checkout on PYTHONPATH.
 
 ``--dry-run-cpu`` rehearses the same path on a CPU: each item's ``dry`` command (tiny sizes, device cpu, the Triton
 interpreter); a profile item without ``dry`` overrides is skipped with that reason. Its runs are ad-hoc runs on a
 CPU, which ``agentpost validate`` reads and refuses as GPU evidence.
 
-    benchmarks/gpu_all.sh [--budget-s 570] [--out DIR] [--only NAME ...] [--dry-run-cpu] [--list]
+    benchmarks/gpu_all.sh [--budget-s 570] [--out DIR] [--only NAME ...] [--dry-run-cpu] [--bundle] [--list]
 """
 
 from __future__ import annotations
@@ -42,7 +48,7 @@ from agentpost.project import project_root
 PREDICTIONS = Path("benchmarks") / "gpu_predictions.yaml"
 KINDS = ("tests", "bench", "profile")
 #: Modules every profile run needs (papermill executes the notebook); a profile item's `needs` adds its own.
-PROFILE_NEEDS = ("papermill", "scrapbook", "nbformat", "ipykernel", "datasets")
+PROFILE_NEEDS = ("papermill", "scrapbook", "nbformat", "ipykernel", "datasets", "pydantic")
 SETTINGS = ("jobs", "seeds", "contention", "overrun", "reserve_s", "grace_s")
 #: Size of one packed piece of the profile runs (the device tool returns files of limited size).
 PIECE_BYTES = 15 * 2**20
@@ -271,26 +277,42 @@ def execute(plan: Plan, budget_s: float, out: Path, dry: bool = False, only: lis
 
 
 def collect_runs(outcomes: list[Outcome], out: Path) -> list[Path]:
-    """Validate the a100 runs of every profile item that started, judge them as GPU evidence, and pack them into
-    ``out`` (15 MiB pieces); returns the run folders packed. ``out/validate.log`` gets ``agentpost validate``'s
-    report and one verdict line per chapter and configuration (:func:`evidence_verdicts`)."""
+    """Validate the a100 runs of every profile item that started and judge them as GPU evidence; returns their
+    folders. ``out/validate.log`` gets ``agentpost validate``'s report and one verdict line per chapter and
+    configuration (:func:`evidence_verdicts`)."""
     root = project_root()
     chapters = [o.item.chapter for o in outcomes if o.item.kind == "profile" and o.wall_s is not None]
     folders = [root / "book" / "runs" / c / "a100" for c in chapters if (root / "book" / "runs" / c / "a100").is_dir()]
-    if not folders:
+    if folders:
+        argv = [sys.executable, "-m", "agentpost", "validate", *map(str, folders)]
+        report = subprocess.run(argv, cwd=root, capture_output=True, text=True)
+        verdicts = [line for f in folders for line in evidence_verdicts(f)]
+        (out / "validate.log").write_text(report.stdout + report.stderr + "\n".join(verdicts) + "\n")
+    return folders
+
+
+def pack(out: Path, runs: list[Path], bundle: bool) -> list[Path]:
+    """Pack the run folders into ``out/a100-runs.tar.gz.partN``, or with ``bundle`` everything in ``out`` but
+    ``gpu_all.txt`` together with the runs into ``out/gpu-all.tar.gz.partN`` (the loose files removed). Pieces of
+    15 MiB; returns them."""
+    root = project_root()
+    loose = sorted(p for p in out.iterdir() if p.is_file() and p.name != "gpu_all.txt") if bundle else []
+    if not runs and not loose:
         return []
-    argv = [sys.executable, "-m", "agentpost", "validate", *map(str, folders)]
-    report = subprocess.run(argv, cwd=root, capture_output=True, text=True)
-    verdicts = [line for f in folders for line in evidence_verdicts(f)]
-    (out / "validate.log").write_text(report.stdout + report.stderr + "\n".join(verdicts) + "\n")
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w:gz") as tar:
-        for f in folders:
+        for f in loose:
+            tar.add(f, arcname=f"out/{f.name}")
+        for f in runs:
             tar.add(f, arcname=f.relative_to(root).as_posix())
-    data = buf.getvalue()
+    for f in loose:
+        f.unlink()
+    data, stem = buf.getvalue(), "gpu-all" if bundle else "a100-runs"
+    pieces = []
     for n, start in enumerate(range(0, len(data), PIECE_BYTES)):
-        (out / f"a100-runs.tar.gz.part{n}").write_bytes(data[start:start + PIECE_BYTES])
-    return folders
+        pieces.append(out / f"{stem}.tar.gz.part{n}")
+        pieces[-1].write_bytes(data[start:start + PIECE_BYTES])
+    return pieces
 
 
 def evidence_verdicts(folder: Path) -> list[str]:
@@ -330,6 +352,8 @@ def main(argv=None) -> int:
     ap.add_argument("--only", nargs="+", default=None, metavar="NAME", help="items to try (names as --list shows)")
     ap.add_argument("--dry-run-cpu", action="store_true",
                     help="rehearse on the CPU: tiny sizes, device cpu, Triton interpreter; proves no GPU evidence")
+    ap.add_argument("--bundle", action="store_true",
+                    help="pack every output but gpu_all.txt into gpu-all.tar.gz.partN (the device tool returns 8 files)")
     ap.add_argument("--plan", type=Path, default=None, help=f"predictions file (default {PREDICTIONS})")
     ap.add_argument("--list", action="store_true", help="print the predicted-minutes table and exit")
     args = ap.parse_args(argv)
@@ -359,17 +383,19 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:
         print("gpu_all: interrupted", file=sys.stderr)
         return 130
-    packed = collect_runs(outcomes, out)
+    runs = collect_runs(outcomes, out)
     table = outcome_table(outcomes, plan.settings)
-    (out / "gpu_all.txt").write_text(f"{mode}, budget {args.budget_s:.0f} s\n{table}\n")
+    verdicts = (out / "validate.log").read_text().rstrip() if runs else "no a100 run to validate"
+    (out / "gpu_all.txt").write_text(f"{mode}, budget {args.budget_s:.0f} s\n{table}\n{verdicts}\n")
     (out / "gpu_all.json").write_text(json.dumps(
-        {"mode": mode, "budget_s": args.budget_s, "packed": [p.relative_to(project_root()).as_posix() for p in packed],
+        {"mode": mode, "budget_s": args.budget_s, "runs": [p.relative_to(project_root()).as_posix() for p in runs],
          "items": [{"name": o.item.name, "kind": o.item.kind, "status": o.status, "note": o.note,
                     "wall_s": o.wall_s, "predicted_min": item_minutes(o.item, plan.settings)}
                    for o in outcomes]}, indent=2))
+    pieces = pack(out, runs, args.bundle)
     print(table)
-    if packed:
-        print((out / "validate.log").read_text().rstrip())
+    print(verdicts)
+    print("packed: " + (", ".join(p.name for p in pieces) or "nothing"))
     return 1 if any(o.status == "failed" for o in outcomes) else 0
 
 
