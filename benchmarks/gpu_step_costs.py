@@ -23,6 +23,7 @@ checks the launch term of the model (benchmarks/gpu_all.sh runs it first thing o
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import statistics
 import sys
@@ -99,14 +100,16 @@ def _qwen3(cfg):
 def _decode_step(model, batch: int, context: int, device: str):
     """One cached decode token of an HF causal LM for ``batch`` rows after ``context`` tokens."""
     model = model.to(device).eval()
+    # transformers >= 5.2x names the cache `cache`; older releases (the GPU image's) `past_key_values`
+    name = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
     ids = torch.randint(2, model.config.vocab_size, (batch, context), device=device)
     with torch.no_grad():
-        past = model(input_ids=ids, use_cache=True).cache
+        past = getattr(model(input_ids=ids, use_cache=True), name)
     tok = ids[:, -1:]
 
     def step():
         with torch.no_grad():
-            model(input_ids=tok, cache=past, use_cache=True, logits_to_keep=1)
+            model(input_ids=tok, use_cache=True, logits_to_keep=1, **{name: past})
             past.crop(-1)  # drop the token again: every call decodes at the same length
     return step
 
@@ -180,10 +183,15 @@ def main(argv=None) -> int:
     for name, (what, batch, build) in table.items():
         if args.only and name not in args.only:
             continue
-        launches, flops = count(build("cpu"))
+        try:
+            launches, flops = count(build("cpu"))
+            measured = time_ms(build(args.device), args.device)
+        except Exception as e:  # one step that breaks (a library version) is reported; the others still run
+            print(f"{name:26} failed: {type(e).__name__}: {e}", flush=True)
+            rows.append({"step": name, "what": what, "failed": f"{type(e).__name__}: {e}"})
+            continue
         flops *= batch
         ms = launches * LAUNCH_US / 1e3 + flops / SUSTAINED_FLOPS * 1e3
-        measured = time_ms(build(args.device), args.device)
         rows.append({"step": name, "what": what, "launches": launches, "gflop": flops / 1e9, "batch": batch,
                      "model_ms": ms, "measured_ms_batch1": measured, "device": args.device})
         shown = "-" if measured is None else f"{measured:7.1f}"
