@@ -19,8 +19,9 @@ This module imports only the standard library, PyYAML and agentpost's project he
 profiles ran), so it starts on a bare GPU image; benchmarks/gpu_all.sh puts the checkout on PYTHONPATH.
 
 ``--dry-run-cpu`` rehearses the same path on a CPU: each item's ``dry`` command (tiny sizes, device cpu, the Triton
-interpreter); a profile item without ``dry`` overrides is skipped with that reason. Its runs are ad-hoc runs on a
-CPU, which ``agentpost validate`` reads and refuses as GPU evidence.
+interpreter), predictions not applied; a profile item without ``dry_params`` is skipped with that reason. Its runs
+are ad-hoc runs on a CPU: ``agentpost validate`` finds them sound, and the GPU-evidence rules refuse them
+(``validate.log``, :func:`evidence_verdicts`).
 
     benchmarks/gpu_all.sh [--budget-s 570] [--out DIR] [--only NAME ...] [--dry-run-cpu] [--bundle] [--list]
 """
