@@ -23,7 +23,8 @@ interpreter), predictions not applied; a profile item without ``dry_params`` is 
 are ad-hoc runs on a CPU: ``agentpost validate`` finds them sound, and the GPU-evidence rules refuse them
 (``validate.log``, :func:`evidence_verdicts`).
 
-    benchmarks/gpu_all.sh [--budget-s 570] [--out DIR] [--only NAME ...] [--dry-run-cpu] [--bundle] [--list]
+    benchmarks/gpu_all.sh [--budget-s 570] [--out DIR] [--only NAME ...] [--seeds 42] [--dry-run-cpu] [--bundle]
+                          [--list]
 """
 
 from __future__ import annotations
@@ -353,6 +354,8 @@ def main(argv=None) -> int:
     ap.add_argument("--only", nargs="+", default=None, metavar="NAME", help="items to try (names as --list shows)")
     ap.add_argument("--dry-run-cpu", action="store_true",
                     help="rehearse on the CPU: tiny sizes, device cpu, Triton interpreter; proves no GPU evidence")
+    ap.add_argument("--seeds", default=None, metavar="S1,S2,...",
+                    help="the profiles' seeds instead of the file's (e.g. one seed per 10-minute command)")
     ap.add_argument("--bundle", action="store_true",
                     help="pack every output but gpu_all.txt into gpu-all.tar.gz.partN (the device tool returns 8 files)")
     ap.add_argument("--plan", type=Path, default=None, help=f"predictions file (default {PREDICTIONS})")
@@ -360,6 +363,12 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     try:
         plan = load_plan(args.plan)
+        if args.seeds is not None:
+            try:
+                seeds = [int(x) for x in args.seeds.split(",")]
+            except ValueError:
+                raise UsageError(f"--seeds must be comma-separated integers, not {args.seeds!r}") from None
+            plan = Plan({**plan.settings, "seeds": seeds}, plan.items)
         if args.list:
             print(prediction_table(plan))
             return 0

@@ -169,3 +169,5 @@ def test_list_prints_the_table_and_bad_arguments_exit_2(capsys):
     assert gpu_plan.main(["--only", "nope", "--dry-run-cpu"]) == 2
     assert "unknown items ['nope']" in capsys.readouterr().err
     assert gpu_plan.main(["--budget-s", "0", "--dry-run-cpu"]) == 2
+    assert gpu_plan.main(["--seeds", "4x", "--dry-run-cpu"]) == 2
+    assert "--seeds must be comma-separated integers, not '4x'" in capsys.readouterr().err
