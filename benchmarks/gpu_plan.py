@@ -171,14 +171,14 @@ def _item(path: Path, e, kind: str | None) -> Item:
 
 def item_minutes(item: Item, settings: dict, dry: bool = False) -> float:
     """Predicted wall minutes of an item. A profile's: minutes per seed x ceil(seeds / jobs) x ``contention`` when
-    its concurrent seeds share the GPU (the stated slowdown; 1 for a ``cpu_only`` profile or one job at a time). A
+    its concurrent seeds share the GPU (the stated slowdown; 1 for a ``cpu_only`` profile or one run at a time). A
     dry run predicts nothing."""
     if dry:
         return 0.0
     if item.kind != "profile":
         return item.minutes
     waves = -(-len(settings["seeds"]) // int(settings["jobs"]))
-    shared = settings["jobs"] > 1 and not item.cpu_only
+    shared = min(int(settings["jobs"]), len(settings["seeds"])) > 1 and not item.cpu_only
     return item.minutes * waves * (settings["contention"] if shared else 1.0)
 
 

@@ -54,6 +54,7 @@ def test_profile_minutes_scale_with_waves_and_contention_only_on_a_shared_gpu():
     assert item_minutes(cpu, SETTINGS) == pytest.approx(4.0)
     assert item_minutes(gpu, {**SETTINGS, "jobs": 2}) == pytest.approx(12.0)  # two waves x 1.5
     assert item_minutes(gpu, {**SETTINGS, "jobs": 1}) == pytest.approx(12.0)  # three waves, no sharing
+    assert item_minutes(gpu, {**SETTINGS, "seeds": [42]}) == pytest.approx(4.0)  # one run: nothing shared
     assert item_minutes(gpu, SETTINGS, dry=True) == 0.0
 
 
