@@ -5,7 +5,9 @@ median / p20 / p80 over ``--repeats`` of forward-with-drift and forward-without-
 cost), and the achieved memory bandwidth (bytes of q, k, v, g, beta read and o written). On the CPU the kernel runs
 only in the Triton interpreter, which says nothing about speed: there the benchmark times the torch chunked form
 (``agentpost.deltas.rule.chunk_gated_delta``) with and without the drift, and checks the kernel against the
-reference once on a small shape (largest error of outputs and state, absolute; of the drift, relative). Prints a table; ``--receipt PATH`` writes it as JSON with the device facts.
+reference once on a small shape. On CUDA, where fla-core is installed (offline: carry its wheel, ``WHEELS=`` of
+benchmarks/gpu_all.sh), its ``fla.ops.gated_delta_rule.chunk_gated_delta_rule`` (the same recurrence, no drift) is
+timed on the same inputs as the reference point for speed; where it is missing or fails, the table says so (largest error of outputs and state, absolute; of the drift, relative). Prints a table; ``--receipt PATH`` writes it as JSON with the device facts.
 
     python benchmarks/deltas_kernel.py                       # CPU: torch chunked form, T = 1024
     python benchmarks/deltas_kernel.py --device cuda --seq-lens 8192,32768 --heads 16 --receipt out.json
@@ -57,6 +59,15 @@ def _time(fn, repeats, device):
     return times[1:]  # the first call compiles / warms up
 
 
+def _fla():
+    """fla-core's chunked gated-delta forward, or (None, why not)."""
+    try:
+        from fla.ops.gated_delta_rule import chunk_gated_delta_rule
+    except Exception as e:  # not installed, or it cannot import here (fla needs a GPU build of triton)
+        return None, f"fla-core unavailable ({type(e).__name__}: {e})"
+    return chunk_gated_delta_rule, ""
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
@@ -80,6 +91,7 @@ def main(argv=None) -> int:
         p.error("--device cuda: torch sees no CUDA device")
     dtype = getattr(torch, args.dtype)
     rows = []
+    fla, fla_note = _fla() if args.device == "cuda" else (None, "fla-core: CUDA only")
     small = _inputs(70, 2, 32, 32, args.device, torch.float32, seed=1)
     got = chunk_gated_delta_drift(*small, chunk_size=16)
     ref = chunk_gated_delta_drift_reference(*small, chunk_size=16)
@@ -92,11 +104,20 @@ def main(argv=None) -> int:
             without = _time(lambda: chunk_gated_delta_drift(*x, chunk_size=args.chunk_size, with_drift=False),
                             args.repeats, "cuda")
             impl = "triton"
+            fla_ms = None
+            if fla is not None:
+                try:
+                    fla_ms = record("deltas_kernel", f"fla-core T={T} H={args.heads} d={args.head_dim} {args.dtype}",
+                                    _time(lambda: fla(q=x[0], k=x[1], v=x[2], g=x[3], beta=x[4].to(x[0].dtype),
+                                                      output_final_state=True), args.repeats, "cuda"),
+                                    "ms", "cuda")["median"]
+                except Exception as e:  # an API or build mismatch is reported, the rest of the benchmark still runs
+                    fla, fla_note = None, f"fla-core failed ({type(e).__name__}: {e})"
         else:
             with_d = _time(lambda: chunk_gated_delta(*x, chunk_size=args.chunk_size), args.repeats, "cpu")
             without = _time(lambda: chunk_gated_delta(*x, chunk_size=args.chunk_size, with_drift=False),
                             args.repeats, "cpu")
-            impl = "torch chunked"
+            impl, fla_ms = "torch chunked", None
         case = f"{impl} T={T} H={args.heads} d={args.head_dim} {args.dtype}"
         stats = ("median", "p20", "p80")
         row_with = record("deltas_kernel", f"{case} with drift", with_d, "ms", args.device)
@@ -106,19 +127,24 @@ def main(argv=None) -> int:
         rows.append({"impl": impl, "T": T, "heads": args.heads, "head_dim": args.head_dim, "dtype": args.dtype,
                      "with_drift_ms": with_d[0], "with_drift_p20_ms": with_d[1], "with_drift_p80_ms": with_d[2],
                      "without_drift_ms": without[0], "drift_cost_ratio": with_d[0] / without[0],
-                     "bandwidth_GBps": moved / (without[0] * 1e-3) / 1e9})
+                     "bandwidth_GBps": moved / (without[0] * 1e-3) / 1e9, "fla_ms": fla_ms,
+                     "without_drift_vs_fla": None if fla_ms is None else without[0] / fla_ms})
     where = "device" if args.device == "cuda" else "interpreter on CPU"
     print(f"kernel vs reference ({where}): max abs error o/state {max_err:.2e}, max rel error drift {drift_rel_err:.2e}")
-    print(f"{'impl':48s} {'T':>6s} {'with drift ms':>14s} {'without ms':>11s} {'ratio':>6s} {'GB/s':>7s}")
+    print(f"{'impl':48s} {'T':>6s} {'with drift ms':>14s} {'without ms':>11s} {'ratio':>6s} {'GB/s':>7s} {'fla ms':>7s}")
     for r in rows:
+        fla_ms = "-" if r["fla_ms"] is None else f"{r['fla_ms']:.3f}"
         print(f"{r['impl']:48s} {r['T']:6d} {r['with_drift_ms']:14.3f} {r['without_drift_ms']:11.3f} "
-              f"{r['drift_cost_ratio']:6.3f} {r['bandwidth_GBps']:7.1f}")
+              f"{r['drift_cost_ratio']:6.3f} {r['bandwidth_GBps']:7.1f} {fla_ms:>7s}")
+    if fla_note:
+        print(fla_note)
     if args.receipt:
         args.receipt.parent.mkdir(parents=True, exist_ok=True)
         args.receipt.write_text(json.dumps({"benchmark": "deltas_kernel", "args": {k: str(v) for k, v in vars(args).items()},
                                             "device": device_info(), "packages": package_versions(),
                                             "kernel_max_abs_error": max_err,
-                                            "kernel_drift_max_rel_error": drift_rel_err, "rows": rows}, indent=1) + "\n")
+                                            "kernel_drift_max_rel_error": drift_rel_err, "fla_note": fla_note,
+                                            "rows": rows}, indent=1) + "\n")
     return 0
 
 

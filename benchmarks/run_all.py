@@ -28,12 +28,14 @@ QUICK = {
     "cli_startup.py": ["--repeats", "2"],
     "data_loaders.py": ["--repeats", "1"],
     "deltas_kernel.py": ["--seq-lens", "256", "--heads", "2", "--repeats", "3"],
+    "gpu_step_costs.py": ["--only", "kite_sst_train_256", "tool_lm_decode"],
     "graft_graph_cost.py": ["--sizes", "4,8", "--repeats", "3"],
     "kite_latency.py": ["--prompts", "64", "256", "--d-model", "64", "--repeats", "3", "--decode-tokens", "4"],
     "muser_compression.py": ["--lengths", "256", "1024", "--batch", "2", "--repeats", "3"],
     "toolsearcher_variants.py": ["--steps", "3"],
 }
-EXCLUDED = {"kernel_path_spread.py": "re-runs chapters per kernel path (hours); run it by hand with chapter names"}
+EXCLUDED = {"kernel_path_spread.py": "re-runs chapters per kernel path (hours); run it by hand with chapter names",
+            "gpu_plan.py": "the GPU machine's plan behind gpu_all.sh (rehearsed by tests/e2e/test_gpu_all.py)"}
 
 
 def scripts() -> list[str]:

@@ -8,10 +8,15 @@ import torch
 
 from agentpost.kernels.actkv import (compact_gather, compact_gather_reference, compact_inplace,
                                      compact_inplace_reference)
+from tests.kernels._precision import tolerance
 
-# AGENTPOST_TRITON_GPU=1 (benchmarks/gpu_actkv_kernels.sh) runs the same tests on the GPU; conftest.py then makes
+# AGENTPOST_TRITON_GPU=1 (benchmarks/gpu_all.sh, item kernel-tests) runs the same tests on the GPU; conftest.py then makes
 # it the default device. Random draws come from a seeded CPU generator and are moved to DEVICE.
 DEVICE = torch.device("cuda" if os.environ.get("AGENTPOST_TRITON_GPU") == "1" and torch.cuda.is_available() else "cpu")
+# The ActKV kernels are element-wise fp32 (no tl.dot): the same tolerance on every device (tests/kernels/_precision.py);
+# probabilities and attention weights (at most 1) are compared at a tenth of that absolute scale.
+TOL = tolerance(DEVICE, uses_dot=False)
+TOL_PROB = tolerance(DEVICE, uses_dot=False, scale=0.1)
 OPS = {"inplace": (compact_inplace, compact_inplace_reference), "gather": (compact_gather, compact_gather_reference)}
 
 

@@ -6,7 +6,7 @@ import torch
 
 from agentpost.kernels.actkv import (PagedKVCache, append_kv, append_kv_reference, paged_decode_attention,
                                      paged_decode_attention_reference)
-from tests.kernels._actkv_helpers import DEVICE, dense_entries, randn, random_paged
+from tests.kernels._actkv_helpers import DEVICE, TOL, TOL_PROB, dense_entries, randn, random_paged
 
 
 @pytest.mark.parametrize("group", [1, 4, 8])
@@ -17,13 +17,13 @@ def test_decode_matches_reference(group, lens, head_dim, block_size):
     q = randn(torch.Generator().manual_seed(1), len(lens), kv_heads * group, head_dim)
     out, lse = paged_decode_attention(q, k, v, table, seq)
     ref_out, ref_lse = paged_decode_attention_reference(q, k, v, table, seq)
-    torch.testing.assert_close(out, ref_out, atol=1e-5, rtol=1e-5)
-    torch.testing.assert_close(lse, ref_lse, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(out, ref_out, **TOL)
+    torch.testing.assert_close(lse, ref_lse, **TOL)
 
 
 @pytest.mark.claim("actkv", "C4")
 def test_decode_lse_normalises_attention_exactly():
-    """Spec mechanism test 4: sum_i exp(scale q.k_i - LSE) = 1 and the terms are the softmax row (fp32, 1e-6)."""
+    """Spec mechanism test 4: sum_i exp(scale q.k_i - LSE) = 1 and the terms are the softmax row (TOL_PROB: absolute 1e-6)."""
     k, v, table, seq = random_paged([29], kv_heads=1, head_dim=8, block_size=8, seed=3)
     q = randn(torch.Generator().manual_seed(4), 1, 2, 8)
     scale = 0.3
@@ -31,8 +31,8 @@ def test_decode_lse_normalises_attention_exactly():
     keys = dense_entries(k, table, seq, 0)[:, 0]  # [29, 8]
     s = scale * q[0] @ keys.T
     a = torch.exp(s - lse[0][:, None])
-    torch.testing.assert_close(a.sum(1), torch.ones(2), atol=1e-6, rtol=0)
-    torch.testing.assert_close(a, torch.softmax(s, dim=1), atol=1e-6, rtol=0)
+    torch.testing.assert_close(a.sum(1), torch.ones(2), **TOL_PROB)
+    torch.testing.assert_close(a, torch.softmax(s, dim=1), **TOL_PROB)
 
 
 def test_append_matches_reference_and_dense_roundtrip():
@@ -65,8 +65,8 @@ def test_cache_append_decode_follow_dense_attention():
     kf = torch.cat([k[1], k1[0].transpose(0, 1)], dim=1).repeat_interleave(G, 0)  # [Hq, T+1, D]
     vf = torch.cat([v[1], v1[0].transpose(0, 1)], dim=1).repeat_interleave(G, 0)
     s = torch.einsum("hd,htd->ht", q[0], kf) / math.sqrt(D)
-    torch.testing.assert_close(out[0], torch.einsum("ht,htd->hd", torch.softmax(s, 1), vf), atol=1e-5, rtol=1e-5)
-    torch.testing.assert_close(lse[0], torch.logsumexp(s, 1), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(out[0], torch.einsum("ht,htd->hd", torch.softmax(s, 1), vf), **TOL)
+    torch.testing.assert_close(lse[0], torch.logsumexp(s, 1), **TOL)
 
 
 def test_cache_allocator_limits_leave_state_unchanged():

@@ -4,7 +4,7 @@ import torch
 
 from agentpost.kernels.actkv import (PagedKVCache, head_reduce, keep_mask_from_scores, paged_decode_attention,
                                      recover_action_attention, recover_action_attention_reference)
-from tests.kernels._actkv_helpers import dense_entries, randn, random_paged
+from tests.kernels._actkv_helpers import TOL_PROB, dense_entries, randn, random_paged
 
 
 def _queries(table, seq, kv_heads, group, head_dim, T, k, v, seed, ctx=None):
@@ -31,7 +31,7 @@ def test_recovery_matches_reference(group, lens, head_dim, block_size):
     q, lse, ctx = _queries(table, seq, 2, group, head_dim, T, k, v, seed=7, ctx=ctx)
     acc, cnt = recover_action_attention(q, lse, k, table, ctx)
     ref, ref_cnt = recover_action_attention_reference(q, lse, k, table, ctx)
-    torch.testing.assert_close(acc, ref, atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(acc, ref, **TOL_PROB)
     assert cnt.tolist() == ref_cnt.tolist() == [2.0] * len(lens)
 
 
@@ -50,11 +50,11 @@ def test_recovery_equals_dense_softmax_max_over_group_mean_over_tokens():
         for g in range(2):
             s = q[0, t, g * G:(g + 1) * G] @ keys[:c, g].T / 8 ** 0.5
             want[g, :c] += torch.softmax(s, 1).amax(0) / T
-    torch.testing.assert_close(acc[0, :, :37], want, atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(acc[0, :, :37], want, **TOL_PROB)
     assert torch.all(acc[0, :, 37:] == 0)
     # group size 1 and one token: each KV head's row is a softmax row, summing to 1
     acc1, _ = recover_action_attention(q[:, :1, ::G].contiguous(), lse[:, :1, ::G].contiguous(), k, table, ctx[:, :1])
-    torch.testing.assert_close(acc1[0].sum(-1), torch.ones(2), atol=1e-6, rtol=0)
+    torch.testing.assert_close(acc1[0].sum(-1), torch.ones(2), **TOL_PROB)
 
 
 @pytest.mark.claim("actkv", "C4")
@@ -64,7 +64,7 @@ def test_running_mean_over_calls_equals_one_call():
     whole, n_whole = recover_action_attention(q, lse, k, table, ctx)
     acc, cnt = recover_action_attention(q[:, :1], lse[:, :1], k, table, ctx[:, :1])
     acc, cnt = recover_action_attention(q[:, 1:], lse[:, 1:], k, table, ctx[:, 1:], acc=acc, count=cnt)
-    torch.testing.assert_close(acc, whole, atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(acc, whole, **TOL_PROB)
     assert cnt.tolist() == n_whole.tolist() == [4.0, 4.0]
 
 
