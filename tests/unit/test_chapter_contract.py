@@ -112,3 +112,24 @@ def test_set_up_cell_records_the_device(chapter):
                                f"notebooks/{chapter.id}.ipynb; its set-up cell needs one")
     earlier = [i for i in range(calling[0]) if _calls(code[i], {"glue", "glue_table", "glue_figure", "glue_paired"})]
     assert not earlier, f"{chapter.id}: code cells {earlier} record values before the set-up cell calls show_device()"
+
+
+@pytest.mark.parametrize("chapter", STARTED, ids=lambda c: c.id)
+def test_recorded_outcomes_have_a_measured_kernel_path_spread(chapter):
+    """nbval lets a glued number move by its measured spread between CPU kernel paths (book/spread/<id>.json); a
+    per-item outcome without one is held to 1e-6 and fails on another instruction set or thread count."""
+    import json
+
+    from agentpost.project import project_root
+    from tests.notebooks.glue_regression import glued_with_kind
+
+    path = project_root() / "book" / "spread" / f"{chapter.id}.json"
+    remedy = f"measure it: python benchmarks/kernel_path_spread.py {chapter.id}"
+    assert path.is_file(), f"{chapter.id}: no kernel-path spread; {remedy}"
+    measured = json.loads(path.read_text())["values"]
+    nb = nbformat.read(chapter.notebook, as_version=4)
+    leaves = {name for cell in nb.cells if cell.cell_type == "code" for name in glued_with_kind(cell.get("outputs"))}
+    outcomes = sorted(n for n in leaves if n.startswith("outcomes_"))
+    missing = [n for n in outcomes if n not in measured]
+    assert outcomes and not missing, f"{chapter.id}: {len(missing)} outcome values without a spread, e.g. " \
+                                     f"{missing[:3]}; {remedy}"
