@@ -5,8 +5,8 @@ Each papermill run is one seed and records every arm's per-item outcomes once
 entry (:class:`agentpost.catalogue.Comparison`); this module reads the valid runs of the newest configuration
 (all but the seed equal), pairs the two arms item by item *by item id* within each seed, checks that both arms
 started from the same facts (checkpoint, data, updates, token cap: :class:`agentpost.stats.ArmMeta`, except the
-facts the declaration allows to differ), drops seeds that are copies of another seed (identical per-item
-outcomes of both arms: a copy is not a replication), and calls :func:`agentpost.stats.compare`. Adding seeds to
+facts the declaration allows to differ), drops seeds that are copies of another seed (every recorded
+outcome identical: a copy is not a replication), and calls :func:`agentpost.stats.compare`. Adding seeds to
 the same configuration (``agentpost run CHAPTER --seeds 45,46``) extends every comparison.
 """
 
@@ -49,13 +49,17 @@ class Computed:
         return self.verdict_class in CONCLUSIVE_CLASSES
 
 
-def _seed_outcomes(runs, metric: str) -> dict[int, dict]:
-    """``{seed: outcomes data}`` of ``metric`` from the runs' receipts (runs without it are left out)."""
+def _seed_outcomes(runs, metric: str) -> dict[int, tuple[dict, str]]:
+    """``{seed: (outcomes data of metric, fingerprint of every outcome the run recorded)}`` from the runs' receipts
+    (runs without ``metric`` are left out). Two seeds are copies only when *all* their recorded outcomes agree:
+    independent runs that converge to the same policy may coincide on one metric, and dropping them would bias."""
     found = {}
     for run in runs:
-        data = run.receipt.get("metrics", {}).get(PREFIX + metric)
+        metrics = run.receipt.get("metrics", {})
+        data = metrics.get(PREFIX + metric)
         if is_outcomes(data):
-            found[int(run.receipt["seed"])] = data
+            every = {name: value for name, value in metrics.items() if name.startswith(PREFIX) and is_outcomes(value)}
+            found[int(run.receipt["seed"])] = (data, fingerprint(every))
     return dict(sorted(found.items()))
 
 
@@ -78,13 +82,12 @@ def compute_one(chapter_id: str, profile: str, comparison: Comparison, runs) -> 
         out.problem = f"no run records outcomes_{comparison.metric}"
         return out
     a_vals, b_vals, seen = {}, {}, {}
-    for seed, data in by_seed.items():
+    for seed, (data, key) in by_seed.items():
         arms = data["arms"]
         missing = [arm for arm in (comparison.a, comparison.b) if arm not in arms]
         if missing:
             out.problem = f"seed {seed}: outcomes_{comparison.metric} has no arm {', '.join(missing)}"
             return out
-        key = fingerprint(data["items"], arms[comparison.a], arms[comparison.b])
         if key in seen:
             out.copies[seed] = seen[key]
             continue
@@ -95,12 +98,12 @@ def compute_one(chapter_id: str, profile: str, comparison: Comparison, runs) -> 
         if not out.facts:
             out.facts = {arm: data["facts"][arm] for arm in (comparison.a, comparison.b)}
     out.seeds = sorted(a_vals)
-    first = by_seed[out.seeds[0]]
+    first = by_seed[out.seeds[0]][0]
     meta_a = _arm_meta(first["facts"][comparison.a], None, ())
     meta_b = _arm_meta(first["facts"][comparison.b], first["facts"][comparison.a], comparison.may_differ)
     try:
         for seed in out.seeds[1:]:  # every seed's arms must match too, not only the first
-            facts = by_seed[seed]["facts"]
+            facts = by_seed[seed][0]["facts"]
             check_meta(_arm_meta(facts[comparison.a], None, ()),
                        _arm_meta(facts[comparison.b], facts[comparison.a], comparison.may_differ))
         kwargs = {"bounds": comparison.bounds} if comparison.bounds is not None else {}

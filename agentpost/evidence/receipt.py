@@ -199,9 +199,17 @@ def run_key_of(receipt: dict) -> str:
 
 
 def configuration_key(receipt: dict) -> str:
-    """Everything about a run except its seed: the seeds of one configuration share this key."""
+    """Everything about a run except its seed: the seeds of one configuration share this key.
+
+    A receipt that lists its imported code (schema 4) is keyed by those files instead of the whole tree, so seeds
+    run before and after an edit the run never imports (``agentpost run CHAPTER --seeds 45,46`` a week later)
+    still replicate one configuration."""
+    hashes = input_hashes_of(receipt)
+    if receipt.get("imported_code"):
+        hashes = {**{k: v for k, v in hashes.items() if k != "code_tree"},
+                  "imported_code": sha256_json(receipt["imported_code"])}
     return sha256_json({"chapter": receipt["chapter"], "profile": receipt["profile"], "kind": receipt.get("kind"),
-                        **input_hashes_of(receipt)})
+                        **hashes})
 
 
 # ---------------------------------------------------------------- where runs live

@@ -44,6 +44,13 @@ def test_keys_follow_the_hashing_rules():
     assert rc.run_key_of(other_seed) != rc.run_key_of(d)
     assert rc.configuration_key(other_seed) == rc.configuration_key(d)  # seeds share a configuration
     assert rc.configuration_key({**d, "kind": "ad-hoc"}) != rc.configuration_key(d)
+    # An edit elsewhere in the tree (another code_tree) keeps the configuration of runs that list their imported code;
+    # a change of an imported file, or a receipt without the list (schema 3), does not.
+    elsewhere = {**other_seed, "hashes": {**d["hashes"], "code_tree": "c2"}}
+    assert rc.configuration_key(elsewhere) == rc.configuration_key(d)
+    assert rc.configuration_key({**elsewhere, "imported_code": {"agentpost/x.py": "h2"}}) != rc.configuration_key(d)
+    old = {k: v for k, v in d.items() if k != "imported_code"}
+    assert rc.configuration_key({**elsewhere, "imported_code": {}}) != rc.configuration_key(old)
     assert rc.run_key("kite", "smoke", "ad-hoc", 42, hashes) != rc.run_key("kite", "smoke", "profile", 42, hashes)
     # The parameter hash leaves out the seed, and only the seed.
     assert rc.parameter_hash({"lr": 0.01, "seed": 1}) == rc.parameter_hash({"lr": 0.01, "seed": 2})

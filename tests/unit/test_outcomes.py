@@ -122,6 +122,20 @@ def test_copied_seeds_are_not_replications():
     assert out.result is None and "at least 3 seeds" in out.problem
 
 
+def test_seeds_that_agree_on_one_metric_only_are_replications():
+    """Independent runs that converge to the same discrete policy can coincide on one 0/1 metric; they are copies
+    only when every recorded outcome agrees (dropping coincident draws would bias the estimate)."""
+    items = ["x", "y", "z"]
+    runs = []
+    for s in (1, 2, 3):
+        run = fake_run(s, {"a": [0, 1, 0], "b": [1, 1, 0]}, items)
+        run.receipt["metrics"]["outcomes_f1"] = outcomes_payload("f1", {"a": [0.1 * s, 0.5, 0.2], "b": [0.3, 0.5, s]},
+                                                                 items=items, facts={"a": FACTS, "b": FACTS})
+        runs.append(run)
+    out = compute_one("x", "smoke", COMP, runs)
+    assert out.copies == {} and out.seeds == [1, 2, 3] and out.problem is None
+
+
 def test_unmatched_arm_facts_are_refused_unless_declared():
     items = ["x", "y"]
     more = arm_facts(checkpoint="c0", data_version="d0", updates=20)
