@@ -26,10 +26,12 @@ unit lower-triangular system ``(I + A) U = diag(beta) (V - diag(e^G) K S)``, ``A
 
 **Precision policy.** Inputs of any float dtype are read as fp32 and everything accumulates in fp32. The matrix
 products use ``input_precision`` ``"ieee"`` by default (exact fp32 products; the tests' 1e-4 relative bound
-against a float64 recurrence holds on every device). ``precision="tf32"`` lets sm80+ tensor cores round the
-operands of every product to 10 mantissa bits (unit roundoff ``u = 2^-11 ~ 4.9e-4``); each output then carries a
-relative error of a few ``u`` (:data:`TF32_RTOL` states the bound the tests use). The triangular solve never uses
-``tl.dot``, so it is fp32 under either policy.
+against a float64 recurrence holds on every device). ``precision="tf32"`` lets sm80+ tensor cores cut the
+operands of every product to 10 mantissa bits (relative ``2^-10`` if truncated, ``2^-11`` if rounded); the error
+then grows to a few of those units: emulated in the interpreter on the kernel tests' correlated-key cases (head size
+64, chunk 16-64, 150 tokens) the largest relative error is 3.6e-3 = 3.7 * 2^-10 with truncation and 1.3e-3 with
+round-to-nearest. :data:`TF32_RTOL` = 8 * 2^-10 ~ 7.8e-3 is the bound stated and tested for it. The triangular
+solve never uses ``tl.dot``, so it is fp32 under either policy.
 
 Tail tokens past ``T`` get ``k = 0``, ``beta = 0``, ``g = 0``, so they change nothing. Layout follows
 flash-linear-attention's ``chunk_gated_delta_rule``: ``q, k [B, T, H, d_k]``, ``v [B, T, H, d_v]``,
@@ -49,10 +51,9 @@ from agentpost.deltas.rule import DRIFT_NORMS, DRIFT_SOURCES, chunk_gated_delta
 from .._common import next_pow2
 
 PRECISIONS = ("ieee", "tf32")
-#: Relative error bound (largest error / largest reference magnitude) of the ``tf32`` policy against a float64
-#: recurrence: each product rounds its operands to tf32 (relative 2^-11 each), and a state carried over many chunks
-#: accumulates those roundings; 8 * 2^-11 ~ 4e-3 leaves room for chunk 64 and correlated keys.
-TF32_RTOL = 8 * 2.0 ** -11
+#: Relative error bound (largest error / largest reference magnitude; per chunk for the drift) of the ``tf32``
+#: policy against a float64 recurrence: twice the worst truncated-tf32 error measured (module docstring).
+TF32_RTOL = 8 * 2.0 ** -10
 #: The ``ieee`` policy's bound (fp32 throughout): the tests' 1e-4.
 IEEE_RTOL = 1e-4
 
