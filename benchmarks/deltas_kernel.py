@@ -7,6 +7,10 @@ only in the Triton interpreter, which says nothing about speed: there the benchm
 (``agentpost.deltas.rule.chunk_gated_delta``) with and without the drift, and checks the kernel against the
 reference once on a small shape (largest error of outputs and state, absolute; of the drift, relative). Prints a table; ``--receipt PATH`` writes it as JSON with the device facts.
 
+On CUDA each ``--precision`` (the kernel's ``tl.dot`` input precision: ``ieee`` exact fp32, ``tf32`` tensor cores)
+gets its rows, and where flash-linear-attention (``fla-core``, module ``fla``) is installed its
+``chunk_gated_delta_rule`` on the same inputs gets a row (no drift; forward with the final state) to compare with.
+
     python benchmarks/deltas_kernel.py                       # CPU: torch chunked form, T = 1024
     python benchmarks/deltas_kernel.py --device cuda --seq-lens 8192,32768 --heads 16 --receipt out.json
 """
@@ -14,6 +18,7 @@ reference once on a small shape (largest error of outputs and state, absolute; o
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import sys
@@ -66,6 +71,7 @@ def main(argv=None) -> int:
     p.add_argument("--chunk-size", type=int, default=64)
     p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
     p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--precision", default="ieee,tf32", help="CUDA only: comma-separated tl.dot input precisions")
     p.add_argument("--receipt", type=Path)
     args = p.parse_args(argv)
     if args.device == "cpu":
@@ -85,28 +91,37 @@ def main(argv=None) -> int:
     ref = chunk_gated_delta_drift_reference(*small, chunk_size=16)
     max_err = max(float((a.float() - b.float()).abs().max()) for a, b in zip(got[:2], ref[:2]))
     drift_rel_err = float(((got[2] - ref[2]).abs() / ref[2].abs().clamp_min(1e-6)).max())
+    fla_rule = None
+    if args.device == "cuda" and importlib.util.find_spec("fla") is not None:
+        from fla.ops.gated_delta_rule import chunk_gated_delta_rule as fla_rule
+    nan = float("nan")
+    stats = ("median", "p20", "p80")
     for T in [int(x) for x in args.seq_lens.split(",")]:
         x = _inputs(T, args.heads, args.head_dim, args.head_dim, args.device, dtype)
-        if args.device == "cuda":
-            with_d = _time(lambda: chunk_gated_delta_drift(*x, chunk_size=args.chunk_size), args.repeats, "cuda")
-            without = _time(lambda: chunk_gated_delta_drift(*x, chunk_size=args.chunk_size, with_drift=False),
-                            args.repeats, "cuda")
-            impl = "triton"
-        else:
-            with_d = _time(lambda: chunk_gated_delta(*x, chunk_size=args.chunk_size), args.repeats, "cpu")
-            without = _time(lambda: chunk_gated_delta(*x, chunk_size=args.chunk_size, with_drift=False),
-                            args.repeats, "cpu")
-            impl = "torch chunked"
-        case = f"{impl} T={T} H={args.heads} d={args.head_dim} {args.dtype}"
-        stats = ("median", "p20", "p80")
-        row_with = record("deltas_kernel", f"{case} with drift", with_d, "ms", args.device)
-        row_without = record("deltas_kernel", f"{case} without drift", without, "ms", args.device)
-        with_d, without = (tuple(r[k] for k in stats) for r in (row_with, row_without))
         moved = sum(t.numel() * t.element_size() for t in x) + x[2].numel() * x[2].element_size()
-        rows.append({"impl": impl, "T": T, "heads": args.heads, "head_dim": args.head_dim, "dtype": args.dtype,
-                     "with_drift_ms": with_d[0], "with_drift_p20_ms": with_d[1], "with_drift_p80_ms": with_d[2],
-                     "without_drift_ms": without[0], "drift_cost_ratio": with_d[0] / without[0],
-                     "bandwidth_GBps": moved / (without[0] * 1e-3) / 1e9})
+        if args.device == "cuda":
+            runs = {f"triton {prec}": (
+                lambda prec=prec: chunk_gated_delta_drift(*x, chunk_size=args.chunk_size, precision=prec),
+                lambda prec=prec: chunk_gated_delta_drift(*x, chunk_size=args.chunk_size, precision=prec,
+                                                          with_drift=False)) for prec in args.precision.split(",")}
+            if fla_rule is not None:
+                runs["fla-core chunk_gated_delta_rule"] = (None, lambda: fla_rule(*x, output_final_state=True))
+        else:
+            runs = {"torch chunked": (lambda: chunk_gated_delta(*x, chunk_size=args.chunk_size),
+                                      lambda: chunk_gated_delta(*x, chunk_size=args.chunk_size, with_drift=False))}
+        for impl, (fn_with, fn_without) in runs.items():
+            case = f"{impl} T={T} H={args.heads} d={args.head_dim} {args.dtype}"
+            without = record("deltas_kernel", f"{case} without drift", _time(fn_without, args.repeats, args.device),
+                             "ms", args.device)
+            with_d = (record("deltas_kernel", f"{case} with drift", _time(fn_with, args.repeats, args.device), "ms",
+                             args.device) if fn_with else dict.fromkeys(stats, nan))
+            rows.append({"impl": impl, "T": T, "heads": args.heads, "head_dim": args.head_dim, "dtype": args.dtype,
+                         "with_drift_ms": with_d["median"], "with_drift_p20_ms": with_d["p20"],
+                         "with_drift_p80_ms": with_d["p80"], "without_drift_ms": without["median"],
+                         "drift_cost_ratio": with_d["median"] / without["median"],
+                         "bandwidth_GBps": moved / (without["median"] * 1e-3) / 1e9})
+    if args.device == "cuda" and fla_rule is None:
+        print("fla-core is not installed (module fla): no flash-linear-attention row")
     where = "device" if args.device == "cuda" else "interpreter on CPU"
     print(f"kernel vs reference ({where}): max abs error o/state {max_err:.2e}, max rel error drift {drift_rel_err:.2e}")
     print(f"{'impl':48s} {'T':>6s} {'with drift ms':>14s} {'without ms':>11s} {'ratio':>6s} {'GB/s':>7s}")
