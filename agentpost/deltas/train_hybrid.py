@@ -165,6 +165,8 @@ def train(hp: Hyper = Hyper(), config: HybridConfig | None = None, wiki: dict | 
         "evaluation": evaluation,
         "versions": package_versions(),
     }
+    if hp.init_from and (Path(hp.init_from) / "receipt.json").is_file():  # the starting point's own provenance
+        receipt["init_from_receipt"] = json.loads((Path(hp.init_from) / "receipt.json").read_text())
     return model, receipt
 
 
