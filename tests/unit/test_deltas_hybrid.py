@@ -282,3 +282,18 @@ def test_budget_grid_repeat_task_scores_a_repeated_prefix_span():
         assert any(w[s:s + 5].tolist() == cont for s in range(1, 16 - 2 - 5 + 1))
     with pytest.raises(ValueError, match="task"):
         budget_grid(model, ids, 1, task="copy", **kw)
+
+
+def test_fine_tuning_with_repeats_keeps_provenance_and_scores_the_repeats(tmp_path):
+    model = tiny_model()
+    model.save_pretrained(tmp_path)
+    (tmp_path / "receipt.json").write_text('{"artifact": "the starting point"}')
+    stream = np.random.default_rng(0).integers(0, 50, 600)
+    wiki = {"train": stream, "validation": stream[:300], "test": stream[:300]}
+    hp = Hyper(steps=2, batch=2, seq_len=40, eval_len=32, log_every=100, repeat_prob=1.0, repeat_min_len=4,
+               repeat_max_len=8, repeat_min_gap=10, init_from=str(tmp_path))
+    tuned, receipt = train(hp, wiki=wiki, log=lambda *_: None)
+    assert receipt["init_from_receipt"] == {"artifact": "the starting point"}
+    assert "fine-tuned" in receipt["artifact"] and tuned.config.hidden_size == TINY["hidden_size"]
+    rep = receipt["evaluation"]["validation_repeat"]
+    assert rep["windows"] == 16 and np.isfinite(rep["source_nll"]) and np.isfinite(rep["repeat_nll"])
