@@ -5,9 +5,11 @@ median / p20 / p80 over ``--repeats`` of forward-with-drift and forward-without-
 cost), and the achieved memory bandwidth (bytes of q, k, v, g, beta read and o written). On the CPU the kernel runs
 only in the Triton interpreter, which says nothing about speed: there the benchmark times the torch chunked form
 (``agentpost.deltas.rule.chunk_gated_delta``) with and without the drift, and checks the kernel against the
-reference once on a small shape. On CUDA, where fla-core is installed (offline: carry its wheel, ``WHEELS=`` of
-benchmarks/gpu_all.sh), its ``fla.ops.gated_delta_rule.chunk_gated_delta_rule`` (the same recurrence, no drift) is
-timed on the same inputs as the reference point for speed; where it is missing or fails, the table says so (largest error of outputs and state, absolute; of the drift, relative). Prints a table; ``--receipt PATH`` writes it as JSON with the device facts.
+reference once on a small shape (largest error of outputs and state, absolute; of the drift, relative). Prints a table; ``--receipt PATH`` writes it as JSON with the device facts.
+
+On CUDA each ``--precision`` (the kernel's ``tl.dot`` input precision: ``ieee`` exact fp32, ``tf32`` tensor cores)
+gets its rows, and where flash-linear-attention (``fla-core``, module ``fla``) is installed its
+``chunk_gated_delta_rule`` on the same inputs gets a row (no drift; forward with the final state) to compare with.
 
     python benchmarks/deltas_kernel.py                       # CPU: torch chunked form, T = 1024
     python benchmarks/deltas_kernel.py --device cuda --seq-lens 8192,32768 --heads 16 --receipt out.json
@@ -16,6 +18,7 @@ timed on the same inputs as the reference point for speed; where it is missing o
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import sys
@@ -59,15 +62,6 @@ def _time(fn, repeats, device):
     return times[1:]  # the first call compiles / warms up
 
 
-def _fla():
-    """fla-core's chunked gated-delta forward, or (None, why not)."""
-    try:
-        from fla.ops.gated_delta_rule import chunk_gated_delta_rule
-    except Exception as e:  # not installed, or it cannot import here (fla needs a GPU build of triton)
-        return None, f"fla-core unavailable ({type(e).__name__}: {e})"
-    return chunk_gated_delta_rule, ""
-
-
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
@@ -77,6 +71,7 @@ def main(argv=None) -> int:
     p.add_argument("--chunk-size", type=int, default=64)
     p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
     p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--precision", default="ieee,tf32", help="CUDA only: comma-separated tl.dot input precisions")
     p.add_argument("--receipt", type=Path)
     args = p.parse_args(argv)
     if args.device == "cpu":
@@ -91,60 +86,54 @@ def main(argv=None) -> int:
         p.error("--device cuda: torch sees no CUDA device")
     dtype = getattr(torch, args.dtype)
     rows = []
-    fla, fla_note = _fla() if args.device == "cuda" else (None, "fla-core: CUDA only")
     small = _inputs(70, 2, 32, 32, args.device, torch.float32, seed=1)
     got = chunk_gated_delta_drift(*small, chunk_size=16)
     ref = chunk_gated_delta_drift_reference(*small, chunk_size=16)
     max_err = max(float((a.float() - b.float()).abs().max()) for a, b in zip(got[:2], ref[:2]))
     drift_rel_err = float(((got[2] - ref[2]).abs() / ref[2].abs().clamp_min(1e-6)).max())
+    fla_rule = None
+    if args.device == "cuda" and importlib.util.find_spec("fla") is not None:
+        from fla.ops.gated_delta_rule import chunk_gated_delta_rule as fla_rule
+    nan = float("nan")
+    stats = ("median", "p20", "p80")
     for T in [int(x) for x in args.seq_lens.split(",")]:
         x = _inputs(T, args.heads, args.head_dim, args.head_dim, args.device, dtype)
-        if args.device == "cuda":
-            with_d = _time(lambda: chunk_gated_delta_drift(*x, chunk_size=args.chunk_size), args.repeats, "cuda")
-            without = _time(lambda: chunk_gated_delta_drift(*x, chunk_size=args.chunk_size, with_drift=False),
-                            args.repeats, "cuda")
-            impl = "triton"
-            fla_ms = None
-            if fla is not None:
-                try:
-                    fla_ms = record("deltas_kernel", f"fla-core T={T} H={args.heads} d={args.head_dim} {args.dtype}",
-                                    _time(lambda: fla(q=x[0], k=x[1], v=x[2], g=x[3], beta=x[4].to(x[0].dtype),
-                                                      output_final_state=True), args.repeats, "cuda"),
-                                    "ms", "cuda")["median"]
-                except Exception as e:  # an API or build mismatch is reported, the rest of the benchmark still runs
-                    fla, fla_note = None, f"fla-core failed ({type(e).__name__}: {e})"
-        else:
-            with_d = _time(lambda: chunk_gated_delta(*x, chunk_size=args.chunk_size), args.repeats, "cpu")
-            without = _time(lambda: chunk_gated_delta(*x, chunk_size=args.chunk_size, with_drift=False),
-                            args.repeats, "cpu")
-            impl, fla_ms = "torch chunked", None
-        case = f"{impl} T={T} H={args.heads} d={args.head_dim} {args.dtype}"
-        stats = ("median", "p20", "p80")
-        row_with = record("deltas_kernel", f"{case} with drift", with_d, "ms", args.device)
-        row_without = record("deltas_kernel", f"{case} without drift", without, "ms", args.device)
-        with_d, without = (tuple(r[k] for k in stats) for r in (row_with, row_without))
         moved = sum(t.numel() * t.element_size() for t in x) + x[2].numel() * x[2].element_size()
-        rows.append({"impl": impl, "T": T, "heads": args.heads, "head_dim": args.head_dim, "dtype": args.dtype,
-                     "with_drift_ms": with_d[0], "with_drift_p20_ms": with_d[1], "with_drift_p80_ms": with_d[2],
-                     "without_drift_ms": without[0], "drift_cost_ratio": with_d[0] / without[0],
-                     "bandwidth_GBps": moved / (without[0] * 1e-3) / 1e9, "fla_ms": fla_ms,
-                     "without_drift_vs_fla": None if fla_ms is None else without[0] / fla_ms})
+        if args.device == "cuda":
+            runs = {f"triton {prec}": (
+                lambda prec=prec: chunk_gated_delta_drift(*x, chunk_size=args.chunk_size, precision=prec),
+                lambda prec=prec: chunk_gated_delta_drift(*x, chunk_size=args.chunk_size, precision=prec,
+                                                          with_drift=False)) for prec in args.precision.split(",")}
+            if fla_rule is not None:
+                runs["fla-core chunk_gated_delta_rule"] = (None, lambda: fla_rule(*x, output_final_state=True))
+        else:
+            runs = {"torch chunked": (lambda: chunk_gated_delta(*x, chunk_size=args.chunk_size),
+                                      lambda: chunk_gated_delta(*x, chunk_size=args.chunk_size, with_drift=False))}
+        for impl, (fn_with, fn_without) in runs.items():
+            case = f"{impl} T={T} H={args.heads} d={args.head_dim} {args.dtype}"
+            without = record("deltas_kernel", f"{case} without drift", _time(fn_without, args.repeats, args.device),
+                             "ms", args.device)
+            with_d = (record("deltas_kernel", f"{case} with drift", _time(fn_with, args.repeats, args.device), "ms",
+                             args.device) if fn_with else dict.fromkeys(stats, nan))
+            rows.append({"impl": impl, "T": T, "heads": args.heads, "head_dim": args.head_dim, "dtype": args.dtype,
+                         "with_drift_ms": with_d["median"], "with_drift_p20_ms": with_d["p20"],
+                         "with_drift_p80_ms": with_d["p80"], "without_drift_ms": without["median"],
+                         "drift_cost_ratio": with_d["median"] / without["median"],
+                         "bandwidth_GBps": moved / (without["median"] * 1e-3) / 1e9})
+    if args.device == "cuda" and fla_rule is None:
+        print("fla-core is not installed (module fla): no flash-linear-attention row")
     where = "device" if args.device == "cuda" else "interpreter on CPU"
     print(f"kernel vs reference ({where}): max abs error o/state {max_err:.2e}, max rel error drift {drift_rel_err:.2e}")
-    print(f"{'impl':48s} {'T':>6s} {'with drift ms':>14s} {'without ms':>11s} {'ratio':>6s} {'GB/s':>7s} {'fla ms':>7s}")
+    print(f"{'impl':48s} {'T':>6s} {'with drift ms':>14s} {'without ms':>11s} {'ratio':>6s} {'GB/s':>7s}")
     for r in rows:
-        fla_ms = "-" if r["fla_ms"] is None else f"{r['fla_ms']:.3f}"
         print(f"{r['impl']:48s} {r['T']:6d} {r['with_drift_ms']:14.3f} {r['without_drift_ms']:11.3f} "
-              f"{r['drift_cost_ratio']:6.3f} {r['bandwidth_GBps']:7.1f} {fla_ms:>7s}")
-    if fla_note:
-        print(fla_note)
+              f"{r['drift_cost_ratio']:6.3f} {r['bandwidth_GBps']:7.1f}")
     if args.receipt:
         args.receipt.parent.mkdir(parents=True, exist_ok=True)
         args.receipt.write_text(json.dumps({"benchmark": "deltas_kernel", "args": {k: str(v) for k, v in vars(args).items()},
                                             "device": device_info(), "packages": package_versions(),
                                             "kernel_max_abs_error": max_err,
-                                            "kernel_drift_max_rel_error": drift_rel_err, "fla_note": fla_note,
-                                            "rows": rows}, indent=1) + "\n")
+                                            "kernel_drift_max_rel_error": drift_rel_err, "rows": rows}, indent=1) + "\n")
     return 0
 
 

@@ -48,52 +48,59 @@ def state_drift(before: torch.Tensor, after: torch.Tensor, *, drift_norm: str = 
         raise ValueError(f"drift_norm must be one of {DRIFT_NORMS}, got {drift_norm!r}")
     if drift_source not in DRIFT_SOURCES:
         raise ValueError(f"drift_source must be one of {DRIFT_SOURCES}, got {drift_source!r}")
+    dtype = torch.promote_types(torch.promote_types(before.dtype, after.dtype), torch.float32)  # fp32 or fp64
     if drift_source == "write":
         if log_decay is None:
             raise ValueError("drift_source='write' needs the chunk's cumulative log-decay (log_decay)")
-        before_decayed = log_decay.to(before.device, torch.float32).exp()[..., None, None] * before.float()
-        change = torch.linalg.matrix_norm(after.float() - before_decayed)
+        before_decayed = log_decay.to(before.device, dtype).exp()[..., None, None] * before.to(dtype)
+        change = torch.linalg.matrix_norm(after.to(dtype) - before_decayed)
     else:
-        change = torch.linalg.matrix_norm((after - before).float())
+        change = torch.linalg.matrix_norm((after - before).to(dtype))
     if drift_norm == "absolute":
         return change
-    return change / (torch.linalg.matrix_norm(before.float()) + eps)
+    return change / (torch.linalg.matrix_norm(before.to(dtype)) + eps)
 
 
-def _prepare(q, k, v, g, beta, initial_state, scale):
-    """Check shapes; return ``(scaled q, k, v, g, beta)`` as fp32 ``[B, H, T, ...]`` and the fp32 initial state."""
+def _prepare(q, k, v, g, beta, initial_state, scale, dtype=torch.float32):
+    """Check shapes; return ``(scaled q, k, v, g, beta)`` as ``dtype`` ``[B, H, T, ...]`` and the initial state."""
     _check(q, k, v, g, beta)
     B, T, H, dk = k.shape
     s = 1.0 / math.sqrt(dk) if scale is None else float(scale)
-    q, k, v, g, beta = (x.transpose(1, 2).float() for x in (q, k, v, g, beta))
-    S = torch.zeros(B, H, dk, v.shape[-1], device=k.device) if initial_state is None else initial_state.float().clone()
+    q, k, v, g, beta = (x.transpose(1, 2).to(dtype) for x in (q, k, v, g, beta))
+    S = (torch.zeros(B, H, dk, v.shape[-1], device=k.device, dtype=dtype) if initial_state is None
+         else initial_state.to(dtype).clone())
     return (s * q, k, v, g, beta), S
 
 
 def recurrent_gated_delta(q, k, v, g, beta, *, initial_state=None, scale: float | None = None,
-                          chunk_size: int | None = None, drift_norm: str = "relative", eps: float = 1e-6):
-    """Token-by-token gated delta rule (the reference). Returns ``(o, final_state, drift)``.
+                          chunk_size: int | None = None, drift_norm: str = "relative", eps: float = 1e-6,
+                          drift_source: str = "raw", dtype: torch.dtype = torch.float32):
+    """Token-by-token gated delta rule (the reference), computed in ``dtype`` (float64 for the kernels' tests).
+    Returns ``(o, final_state, drift)``.
 
     ``drift`` is ``[B, H, n_chunks]`` for chunks of ``chunk_size`` tokens (the last one may be shorter), or None.
     """
-    (q, k, v, g, beta), S = _prepare(q, k, v, g, beta, initial_state, scale)
+    (q, k, v, g, beta), S = _prepare(q, k, v, g, beta, initial_state, scale, dtype)
     T = q.shape[2]
     o = torch.zeros_like(v)
-    drifts, before = [], S.clone()
+    drifts, before, log_decay = [], S.clone(), torch.zeros_like(g[:, :, 0])
     for t in range(T):
+        log_decay = log_decay + g[:, :, t]
         S = S * g[:, :, t].exp()[..., None, None]
         delta = beta[:, :, t, None] * (v[:, :, t] - torch.einsum("bhkv,bhk->bhv", S, k[:, :, t]))
         S = S + k[:, :, t, :, None] * delta[:, :, None, :]
         o[:, :, t] = torch.einsum("bhkv,bhk->bhv", S, q[:, :, t])
         if chunk_size and ((t + 1) % chunk_size == 0 or t == T - 1):
-            drifts.append(state_drift(before, S, drift_norm=drift_norm, eps=eps))
-            before = S.clone()
+            drifts.append(state_drift(before, S, drift_norm=drift_norm, eps=eps, drift_source=drift_source,
+                                      log_decay=log_decay))
+            before, log_decay = S.clone(), torch.zeros_like(log_decay)
     drift = torch.stack(drifts, dim=-1) if chunk_size else None
     return o.transpose(1, 2), S, drift
 
 
 def chunk_gated_delta(q, k, v, g, beta, *, initial_state=None, scale: float | None = None, chunk_size: int = 64,
-                      with_drift: bool = True, drift_norm: str = "relative", eps: float = 1e-6):
+                      with_drift: bool = True, drift_norm: str = "relative", eps: float = 1e-6,
+                      drift_source: str = "raw"):
     """Chunked (UT-transform) gated delta rule with the drift of every chunk. Returns ``(o, final_state, drift)``.
 
     Same results as :func:`recurrent_gated_delta` to float tolerance; ``drift`` is ``[B, H, ceil(T / chunk_size)]``
@@ -119,6 +126,7 @@ def chunk_gated_delta(q, k, v, g, beta, *, initial_state=None, scale: float | No
         o[:, :, sl] = G.exp()[..., None] * (qc @ S) + (decay * (qc @ kc.transpose(-1, -2))) @ U
         S_new = G[..., -1:, None].exp() * S + kc.transpose(-1, -2) @ ((G[..., -1:] - G).exp()[..., None] * U)
         if with_drift:
-            drifts.append(state_drift(S, S_new, drift_norm=drift_norm, eps=eps))
+            drifts.append(state_drift(S, S_new, drift_norm=drift_norm, eps=eps, drift_source=drift_source,
+                                      log_decay=G[..., -1]))
         S = S_new
     return o.transpose(1, 2), S, (torch.stack(drifts, dim=-1) if with_drift else None)

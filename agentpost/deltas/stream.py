@@ -41,6 +41,8 @@ from agentpost.deltas.rule import DRIFT_SOURCES, state_drift
 AGGREGATIONS = ("mean", "max")
 #: Reference cuts every stream is scored under, besides the policies (see the module docstring).
 REFERENCES = ("full", "sinks_recent", "no_kv")
+#: What a stream's continuation is (see :func:`budget_grid`).
+TASKS = ("text", "repeat")
 
 
 @dataclass
@@ -144,14 +146,15 @@ def protected_mask(entries: CacheEntries, n_sinks: int, n_recent: int) -> torch.
 def stream_budget_rows(model: HybridForCausalLM, tokens: torch.Tensor, prefix_tokens: int, chunk_tokens: int,
                        budget_fractions, policies, *, n_sinks: int, n_recent: int, buckets: int = 4,
                        retention: str = "bucketed", drift_norm: str = "relative", drift_source: str = "raw",
-                       layer_agg: str = "mean", head_agg: str = "mean", random_seed: int = 0) -> dict:
+                       layer_agg: str = "mean", head_agg: str = "mean", eps: float = 1e-6,
+                       random_seed: int = 0) -> dict:
     """The protocol on one stream ``tokens`` (``P + M + 1`` ids). Returns ``{"nll": rows, "overlap": rows,
     "chunks": frame}``: continuation NLL per (budget, policy) plus one row per :data:`REFERENCES` cut (budget_frac
     NaN); per budget and policy the share of the attention reference's kept middle entries that the policy also
     keeps; drift, decay share (mean over heads) and attention mass per chunk."""
     if tokens.numel() < prefix_tokens + 2:
         raise ValueError(f"a stream needs at least prefix_tokens + 2 = {prefix_tokens + 2} tokens, got {tokens.numel()}")
-    record = read_prefix(model, tokens[:prefix_tokens], chunk_tokens, drift_norm=drift_norm,
+    record = read_prefix(model, tokens[:prefix_tokens], chunk_tokens, drift_norm=drift_norm, eps=eps,
                          drift_source=drift_source, layer_agg=layer_agg, head_agg=head_agg)
     continuation = tokens[prefix_tokens:]
     full_nll = continuation_nll(model, record.state, continuation)
@@ -197,6 +200,31 @@ def stream_budget_rows(model: HybridForCausalLM, tokens: torch.Tensor, prefix_to
     return {"nll": nll_rows, "overlap": overlap_rows, "chunks": chunks, "heads": heads}
 
 
+def repeat_span(tokens: torch.Tensor, src: int, dst: int, length: int) -> torch.Tensor:
+    """A copy of the 1-D ``tokens`` whose ``[dst, dst + length)`` repeats ``[src, src + length)`` verbatim."""
+    if not (0 <= src and src + length <= dst and dst + length <= tokens.numel() and length >= 1):
+        raise ValueError(f"need 0 <= src, src + length <= dst, dst + length <= {tokens.numel()} tokens; got src {src}, "
+                         f"dst {dst}, length {length}")
+    out = tokens.clone()
+    out[dst:dst + length] = tokens[src:src + length]
+    return out
+
+
+def repeat_streams(windows: list[torch.Tensor], prefix_tokens: int, n_sinks: int, n_recent: int,
+                   seed: int) -> list[torch.Tensor]:
+    """Each window's continuation (its tokens from ``prefix_tokens`` on) replaced by a verbatim repeat of the prefix
+    span of the same length starting at ``s ~ U[n_sinks, prefix_tokens - n_recent - length]`` (seeded): the span
+    lies wholly in the middle of the cache, which eviction decides about."""
+    length = windows[0].numel() - prefix_tokens
+    hi = prefix_tokens - n_recent - length
+    if hi < n_sinks:
+        raise ValueError(f"a repeated continuation of {length} tokens does not fit between {n_sinks} sinks and "
+                         f"{n_recent} recent tokens of a {prefix_tokens}-token prefix")
+    gen = torch.Generator().manual_seed(seed)
+    starts = torch.randint(n_sinks, hi + 1, (len(windows),), generator=gen)
+    return [repeat_span(w, s, prefix_tokens, length) for w, s in zip(windows, starts.tolist())]
+
+
 def sample_streams(ids: torch.Tensor, n: int, length: int, seed: int) -> list[torch.Tensor]:
     """``n`` windows of ``length`` tokens at uniform random starts of the token stream ``ids`` (seeded)."""
     if ids.numel() <= length:
@@ -209,20 +237,27 @@ def sample_streams(ids: torch.Tensor, n: int, length: int, seed: int) -> list[to
 def budget_grid(model: HybridForCausalLM, ids: torch.Tensor, seed: int, *, n_streams: int, prefix_tokens: int,
                 continuation_tokens: int, chunk_tokens: int, budget_fractions, policies, n_sinks: int,
                 n_recent: int, buckets: int = 4, retention: str = "bucketed", drift_norm: str = "relative",
-                drift_source: str = "raw", layer_agg: str = "mean", head_agg: str = "mean",
-                progress: bool = True) -> dict:
+                drift_source: str = "raw", layer_agg: str = "mean", head_agg: str = "mean", eps: float = 1e-6,
+                task: str = "text", progress: bool = True) -> dict:
     """:func:`stream_budget_rows` over ``n_streams`` streams drawn with generator seed ``seed`` (one run = one
-    seed; stream ``i``'s random policy uses seed ``1000 * seed + i``). Returns frames ``nll`` and ``overlap``
-    (column stream, ...), ``chunks`` (stream, chunk, drift, decay_share, attention_mass) and ``heads`` (stream,
-    chunk, layer, head, decay_share). Every budget must leave room beyond the sinks and the recent window."""
+    seed; stream ``i``'s random policy uses seed ``1000 * seed + i``). ``task`` is one of :data:`TASKS`: ``"text"``
+    scores the text that follows the prefix; ``"repeat"`` makes the continuation a verbatim repeat of a prefix span
+    beyond the sinks and the recent window (:func:`repeat_streams`), so the continuation needs the middle of the
+    cache. Returns frames ``nll`` and ``overlap`` (column stream, ...), ``chunks`` (stream, chunk, drift,
+    decay_share, attention_mass) and ``heads`` (stream, chunk, layer, head, decay_share). Every budget must leave
+    room beyond the sinks and the recent window."""
     check_budgets(budget_fractions, prefix_tokens, n_sinks, n_recent)
+    if task not in TASKS:
+        raise ValueError(f"task must be one of {TASKS}, got {task!r}")
     out = {"nll": [], "overlap": [], "chunks": [], "heads": []}
     windows = sample_streams(ids, n_streams, prefix_tokens + continuation_tokens + 1, seed)
+    if task == "repeat":
+        windows = repeat_streams(windows, prefix_tokens, n_sinks, n_recent, seed + 2**31)  # not the starts' draws
     for i, window in enumerate(tqdm(windows, desc="LM streams", disable=not progress)):
         res = stream_budget_rows(model, window, prefix_tokens, chunk_tokens, budget_fractions, policies,
                                  n_sinks=n_sinks, n_recent=n_recent, buckets=buckets, retention=retention,
                                  drift_norm=drift_norm, drift_source=drift_source, layer_agg=layer_agg,
-                                 head_agg=head_agg, random_seed=1000 * seed + i)
+                                 head_agg=head_agg, eps=eps, random_seed=1000 * seed + i)
         out["nll"] += [{"stream": i, **r} for r in res["nll"]]
         out["overlap"] += [{"stream": i, **r} for r in res["overlap"]]
         out["chunks"].append(res["chunks"].assign(stream=i))

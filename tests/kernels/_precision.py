@@ -17,19 +17,16 @@ Derivations (u = unit roundoff):
 
 * fp32 element-wise: u = 2^-24 = 6.0e-8; the kernels reduce at most ~128 terms in another order than torch (and a
   GPU's ``tl.exp`` is ``ex2.approx``, 2 ulp), a worst case of ~128 u = 7.6e-6 < 1e-5.
-* ``tl.dot`` in fp32: the DeltaS chunk kernel chains dots (K K^T, log2(C) squarings for the triangular inverse, the
-  state and output products: depth <= 2 log2(C) + 5, lengths <= 128); the largest error measured in the interpreter
-  is 3.6e-7 (benchmarks/deltas_kernel.py's check), and 2e-4 leaves 500x for a GPU's accumulation order.
-* ``tl.dot`` in tf32 (sm80+ rounds each fp32 input to 10 mantissa bits, u_tf32 = 2^-11 = 4.9e-4, and accumulates in
-  fp32): measured on the CPU by emulating exactly that rounding in Triton's interpreter (:func:`emulate_tf32_dot`):
-  the DeltaS kernel's largest error is 1.2e-3 on outputs and states of size up to 2, i.e. ~1.2 u_tf32 per unit;
-  8 u_tf32 = 3.9e-3, rounded to 4e-3, is a 3x margin. ``test_kernel_precision.py`` checks both that the emulated
-  tf32 kernel passes this tolerance and that it fails the fp32 one (so a GPU run needs the policy, not luck).
+* ``tl.dot`` in fp32 / tf32: for a kernel that leaves ``tl.dot`` at the device's default input precision
+  (fp32 in the interpreter, tf32 on sm80+: unit roundoff 2^-11 = 4.9e-4 per input, fp32 accumulation), 2e-4 leaves
+  ~500x over the interpreter's measured dot error and 4e-3 = 8 u_tf32. The DeltaS chunk kernel does not rely on the
+  default: it passes its ``precision`` ("ieee" unless asked for "tf32") to every ``tl.dot``, and its own bounds
+  (``IEEE_RTOL``, ``TF32_RTOL`` in kernels/deltas/chunk_delta.py, derived there from correlated-key cases and an
+  interpreter emulation of tf32 truncation) are tested in tests/kernels/test_kernels_deltas.py.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 
 import torch
@@ -55,27 +52,3 @@ def tolerance(device: torch.device, *, uses_dot: bool, scale: float = 1.0, preci
         kind = "tf32-dot" if (precision or dot_precision(device)) == "tf32" else "fp32-dot"
     rtol, atol = TOLERANCES[kind]
     return {"rtol": rtol, "atol": atol * scale}
-
-
-@contextlib.contextmanager
-def emulate_tf32_dot():
-    """Inside, Triton's interpreter rounds fp32 ``tl.dot`` inputs to tf32 as sm80+ hardware does (10 mantissa bits,
-    round to nearest; the interpreter's own rounding helper) where the dot's input precision is plain "tf32" (the
-    default); accumulation stays fp32.
-    Only for the interpreter (TRITON_INTERPRET=1)."""
-    import numpy as np
-    from triton.runtime import interpreter
-
-    original = interpreter.InterpreterBuilder.create_dot
-
-    def create_dot(self, a, b, d, input_precision, max_num_imprecise_acc):
-        if a.data.dtype == np.float32 and b.data.dtype == np.float32 and str(input_precision).endswith(".TF32"):
-            a = interpreter.TensorHandle(interpreter._round_f32_to_tf32(a.data), a.dtype.scalar)
-            b = interpreter.TensorHandle(interpreter._round_f32_to_tf32(b.data), b.dtype.scalar)
-        return original(self, a, b, d, input_precision, max_num_imprecise_acc)
-
-    interpreter.InterpreterBuilder.create_dot = create_dot
-    try:
-        yield
-    finally:
-        interpreter.InterpreterBuilder.create_dot = original

@@ -6,8 +6,9 @@ import pytest
 import torch
 
 from agentpost.deltas.hybrid import HybridConfig, HybridForCausalLM, load_hybrid
-from agentpost.deltas.stream import budget_grid, continuation_nll, read_prefix, stream_budget_rows
-from agentpost.deltas.train_hybrid import Hyper, train, unigram_ppl
+from agentpost.deltas.stream import (budget_grid, continuation_nll, read_prefix, repeat_span, repeat_streams,
+                                     stream_budget_rows)
+from agentpost.deltas.train_hybrid import Hyper, repeat_spans, train, unigram_ppl
 
 TINY = dict(vocab_size=50, hidden_size=16, intermediate_size=24, linear_num_heads=2, linear_head_dim=8,
             num_attention_heads=2, head_dim=8, chunk_size=4,
@@ -222,3 +223,77 @@ def test_budget_grid_frames_and_bad_input():
                     budget_fractions=[0.25], policies=["drift"], n_sinks=1, n_recent=2, progress=False)
     with pytest.raises(ValueError, match="prefix_tokens"):
         stream_budget_rows(model, ids[:5], 12, 4, [0.5], ["drift"], n_sinks=1, n_recent=2)
+
+
+def test_first_chunk_from_the_zero_state_scores_its_state_norm_over_eps():
+    model = tiny_model()
+    ids = torch.randint(0, 50, (8,))
+    with torch.no_grad():
+        after = [l.S for l in model(ids[None, :4]).state.layers if hasattr(l, "S")]
+    for eps in (1e-6, 0.5):   # the spec default (ambiguity 1) and a large one
+        record = read_prefix(model, ids, chunk_tokens=4, eps=eps)
+        by_hand = np.mean([float((S.norm(dim=(-2, -1)) / eps).mean()) for S in after])
+        assert float(record.chunk_drift[0]) == pytest.approx(by_hand, rel=1e-5)
+
+
+def test_repeat_span_by_hand_and_bad_spans():
+    tokens = torch.arange(10)
+    assert repeat_span(tokens, 1, 5, 3).tolist() == [0, 1, 2, 3, 4, 1, 2, 3, 8, 9]
+    with pytest.raises(ValueError, match="src"):
+        repeat_span(tokens, 1, 2, 3)                                  # source and repeat overlap
+    with pytest.raises(ValueError, match="src"):
+        repeat_span(tokens, 0, 8, 3)                                  # the repeat runs past the end
+
+
+def test_repeat_streams_copy_a_middle_span_into_the_continuation():
+    windows = [torch.arange(100, 140), torch.arange(200, 240)]        # prefix 30, continuation 10
+    out = repeat_streams(windows, 30, n_sinks=2, n_recent=4, seed=3)
+    for w, o in zip(windows, out):
+        assert torch.equal(o[:30], w[:30])
+        s = int(o[30]) - int(w[0])
+        assert 2 <= s <= 30 - 4 - 10 and torch.equal(o[30:], w[s:s + 10])
+    assert [o.tolist() for o in repeat_streams(windows, 30, 2, 4, 3)] == [o.tolist() for o in out]
+    with pytest.raises(ValueError, match="does not fit"):
+        repeat_streams(windows, 30, n_sinks=2, n_recent=20, seed=3)
+
+
+def test_training_repeats_put_the_copy_a_gap_or_more_after_its_source():
+    windows = torch.arange(400).reshape(4, 100)
+    out, spans = repeat_spans(windows, np.random.default_rng(0), 1.0, 5, 20, 30)
+    assert len(spans) == 4
+    for i, s, d, L in spans:
+        assert 5 <= L <= 20 and d >= s + L + 30 and d + L <= 100
+        assert torch.equal(out[i, d:d + L], windows[i, s:s + L])
+        assert torch.equal(out[i, :d], windows[i, :d]) and torch.equal(out[i, d + L:], windows[i, d + L:])
+    _, none = repeat_spans(windows, np.random.default_rng(0), 0.0, 5, 20, 30)
+    assert none == []
+    with pytest.raises(ValueError, match="repeat"):
+        Hyper(seq_len=100, repeat_prob=0.5, repeat_max_len=40, repeat_min_gap=30)
+
+
+def test_budget_grid_repeat_task_scores_a_repeated_prefix_span():
+    model = tiny_model()
+    ids = torch.randint(0, 50, (200,))
+    kw = dict(n_streams=2, prefix_tokens=16, continuation_tokens=4, chunk_tokens=4, budget_fractions=[0.5],
+              policies=["drift"], n_sinks=1, n_recent=2, progress=False)
+    grid = budget_grid(model, ids, 1, task="repeat", **kw)
+    for w in grid["windows"]:
+        cont = w[16:].tolist()
+        assert any(w[s:s + 5].tolist() == cont for s in range(1, 16 - 2 - 5 + 1))
+    with pytest.raises(ValueError, match="task"):
+        budget_grid(model, ids, 1, task="copy", **kw)
+
+
+def test_fine_tuning_with_repeats_keeps_provenance_and_scores_the_repeats(tmp_path):
+    model = tiny_model()
+    model.save_pretrained(tmp_path)
+    (tmp_path / "receipt.json").write_text('{"artifact": "the starting point"}')
+    stream = np.random.default_rng(0).integers(0, 50, 600)
+    wiki = {"train": stream, "validation": stream[:300], "test": stream[:300]}
+    hp = Hyper(steps=2, batch=2, seq_len=40, eval_len=32, log_every=100, repeat_prob=1.0, repeat_min_len=4,
+               repeat_max_len=8, repeat_min_gap=10, init_from=str(tmp_path))
+    tuned, receipt = train(hp, wiki=wiki, log=lambda *_: None)
+    assert receipt["init_from_receipt"] == {"artifact": "the starting point"}
+    assert "fine-tuned" in receipt["artifact"] and tuned.config.hidden_size == TINY["hidden_size"]
+    rep = receipt["evaluation"]["validation_repeat"]
+    assert rep["windows"] == 16 and np.isfinite(rep["source_nll"]) and np.isfinite(rep["repeat_nll"])

@@ -61,6 +61,23 @@ def test_decay_alone_produces_drift_documenting_ambiguity_3():
     assert torch.linalg.matrix_norm(S1 - S0).item() > 0.1
 
 
+def test_write_term_drift_over_a_two_token_chunk_by_hand():
+    k1, k2 = torch.tensor([1.0, 0.0, 0.0]), torch.tensor([0.0, 1.0, 0.0])
+    v = torch.tensor([0.5, -2.0, 1.0])
+    S0 = _stored_state(k1, v)                                        # k1 -> v, k2 -> ones; ||S0||^2 = 5.25 + 3
+    inputs = [torch.cat(pair, dim=1) for pair in zip(_one_token(k1, v, 0.5, 0.5), _one_token(k2, torch.ones(3), 0.5, 1.0))]
+    _, S2, drift = recurrent_gated_delta(*inputs, initial_state=S0, chunk_size=2, drift_source="write",
+                                         dtype=torch.float64)
+    # token 1 (stored pair): S1 = 0.5 S0 + 0.5 (1 - 0.5) k1 v^T; token 2: S1^T k2 = 0.5 ones, decayed 0.25 ones, so
+    # S2 = 0.25 S0 + 0.125 k1 v^T + 0.75 k2 ones^T. Write term: S2 - e^{G_C} S0 with e^{G_C} = 0.25
+    write = 0.125 * torch.outer(k1, v) + 0.75 * torch.outer(k2, torch.ones(3))
+    torch.testing.assert_close(S2[0, 0] - 0.25 * S0[0, 0].double(), write.double())
+    want = math.sqrt(0.125 ** 2 * 5.25 + 0.75 ** 2 * 3) / (math.sqrt(8.25) + 1e-6)
+    assert drift.item() == pytest.approx(want, rel=1e-6)             # g = log 0.5 is rounded to fp32
+    _, _, d_chunked = chunk_gated_delta(*inputs, initial_state=S0, chunk_size=2, drift_source="write")
+    assert d_chunked.item() == pytest.approx(want, rel=1e-5)
+
+
 def test_zero_state_gives_a_finite_drift_with_eps():
     k = torch.tensor([0.6, 0.8, 0.0])
     v = torch.tensor([1.0, 2.0, 2.0])
