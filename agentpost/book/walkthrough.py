@@ -3,8 +3,9 @@
 A chapter supplies a ``render(**values)`` callback (pure: the control values in, a matplotlib figure, a pandas
 DataFrame, a string, or a list of them out) and named controls; :func:`turn_by_hand` wires them together:
 
-* with a live kernel (JupyterLab, ``make lab``) the controls and an output area render as widgets, and every change
-  of a control calls ``render`` again and replaces the output;
+* with a live kernel (JupyterLab, ``make lab``) the controls and an HTML view render as widgets, and every change
+  of a control calls ``render`` again and replaces the view's HTML (an ``HTML`` widget, not an ``Output`` one: no
+  display routing, and nbclient's ``Output`` handling fails when the widget state is not stored);
 * in the built book, where no kernel runs, the same display carries a static ``text/html`` view: ``render`` at the
   controls' current (default) values, with the values named. The book drops the widget view
   (``nb_mime_priority_overrides`` in ``_config.yml``), so a page shows the static view and needs no widget
@@ -44,7 +45,7 @@ def _items(rendered: Any) -> list:
 class Walkthrough:
     """Named controls, a render callback and its output; ``values()`` reads the controls, ``update()`` re-renders.
 
-    Displayed, it is the widget box (controls above the output) plus the static HTML of the current rendering."""
+    Displayed, it is the widget box (controls above the view) plus the static HTML of the current rendering."""
 
     def __init__(self, render: Callable[..., Any], controls: dict):
         import ipywidgets as widgets
@@ -55,9 +56,9 @@ class Walkthrough:
         if bad:
             raise TypeError(f"controls {bad} are not ipywidgets value widgets")
         self.render, self.controls = render, dict(controls)
-        self.output = widgets.Output()
+        self.view = widgets.HTML()
         self.box = widgets.VBox([widgets.HBox(list(self.controls.values()), layout={"flex_flow": "row wrap"}),
-                                 self.output])
+                                 self.view])
         for control in self.controls.values():
             control.observe(self.update, names="value")
         self.rendered: list = []
@@ -68,14 +69,10 @@ class Walkthrough:
         return {name: control.value for name, control in self.controls.items()}
 
     def update(self, change=None) -> list:
-        """Render at the controls' current values into the output area; returns the rendered items."""
-        from IPython.display import HTML, display
-
+        """Render at the controls' current values into the view; returns the rendered items."""
         self.rendered = _items(self.render(**self.values()))
         self.body = "\n".join(_html(item) for item in self.rendered)
-        self.output.clear_output(wait=True)
-        with self.output:  # as HTML, so a figure shows whatever matplotlib backend the kernel runs
-            display(HTML(self.body))
+        self.view.value = self.body
         return self.rendered
 
     def static_html(self) -> str:

@@ -37,6 +37,7 @@ def test_moving_a_control_re_renders_with_the_new_value():
     assert calls == [(3, "square")] and walk.rendered == ["square: 9"]
     walk.controls["n"].value = 4
     assert calls[-1] == (4, "square") and walk.rendered == ["square: 16"]
+    assert walk.view.value == "<pre>square: 16</pre>"  # what the live view shows
     assert walk.values() == {"n": 4, "label": "square"}
 
 
