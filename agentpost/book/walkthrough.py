@@ -20,12 +20,15 @@ import io
 from collections.abc import Callable
 from typing import Any
 
+import pandas as pd
+
 #: Text under the static view: how to get the live controls.
 LIVE_HINT = "Static view at the values above; open this notebook in JupyterLab (`make lab`) to move the controls."
 
 
 def _html(item: Any) -> str:
-    """One rendered item as HTML: a figure as an inline PNG, a table as its HTML, anything else as escaped text."""
+    """One rendered item as HTML: a figure as an inline PNG, a DataFrame as its table (no index column), anything
+    else as escaped text."""
     from matplotlib.figure import Figure
 
     if isinstance(item, Figure):
@@ -33,8 +36,8 @@ def _html(item: Any) -> str:
         item.savefig(buf, format="png", dpi=100, bbox_inches="tight")
         data = base64.b64encode(buf.getvalue()).decode("ascii")
         return f'<img alt="{html.escape(item.get_label() or "figure")}" src="data:image/png;base64,{data}"/>'
-    if hasattr(item, "to_html"):  # a DataFrame or a Styler
-        return item.to_html()
+    if isinstance(item, pd.DataFrame):
+        return item.to_html(index=False)
     return f"<pre>{html.escape(str(item))}</pre>"
 
 

@@ -7,7 +7,6 @@ renders, through :func:`agentpost.book.walkthrough.turn_by_hand`.
 
 from __future__ import annotations
 
-import numpy as np
 import pandas as pd
 
 from agentpost.graft.advantages import node_normalise, td0_advantages
@@ -60,5 +59,11 @@ def render(n_rollouts: int, gamma: float) -> list:
     ax = fig.add_subplot()
     _, _, sc = plot_group_graph(group, [[POSITIONS[s] for s in tr.states] for tr in group], gamma=gamma, ax=ax)
     fig.colorbar(sc, ax=ax, label="V (eq. 5)")
-    ax.set_xticks(np.arange(4))
+    for state in {s for tr in group for s in tr.states}:  # abstract states: name them, no grid axes
+        ax.annotate(state, POSITIONS[state], xytext=(0, -17), textcoords="offset points", ha="center", fontsize=8)
+    ax.set_xlabel("")
+    ax.set_ylabel("")
+    ax.set_xticks([])
+    ax.set_yticks([])
+    ax.margins(0.15)
     return [fig, step_table(n_rollouts, gamma)]

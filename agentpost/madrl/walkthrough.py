@@ -43,6 +43,7 @@ def render(w0: float, w1: float, w2: float) -> list:
     ax.axhline(0, color="0.3", lw=0.6)
     ax.set_xticks(range(3), [f"c={c}\np*={p:.2f}, p̂={q:.1f}" for c, p, q in zip(table["category"], table["p*"], table["p_hat"])])
     ax.set_ylabel("reward r(c)")
-    ax.set_ylim(-3, 3)
+    reach = float(table[[f"r {name}" for name in DIVERGENCES]].abs().to_numpy().max())
+    ax.set_ylim(-max(1.0, 1.25 * reach), max(1.0, 1.25 * reach))
     ax.legend(fontsize=7, ncols=4, loc="upper center")
     return [fig, table]

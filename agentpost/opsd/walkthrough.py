@@ -53,4 +53,4 @@ def render(updates: int, ema_decay: float, sync_every: int) -> list:
     ax.set_xlabel("update k")
     ax.set_ylabel("teacher weight θ_T")
     ax.legend(fontsize=7)
-    return [fig, table.tail(5).set_index("update")]
+    return [fig, table.tail(5)]
