@@ -33,7 +33,7 @@ def _html(item: Any) -> str:
 
     if isinstance(item, Figure):
         buf = io.BytesIO()
-        item.savefig(buf, format="png", dpi=100, bbox_inches="tight")
+        item.savefig(buf, format="png", dpi=100)
         data = base64.b64encode(buf.getvalue()).decode("ascii")
         return f'<img alt="{html.escape(item.get_label() or "figure")}" src="data:image/png;base64,{data}"/>'
     if isinstance(item, pd.DataFrame):

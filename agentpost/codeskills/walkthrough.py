@@ -43,7 +43,8 @@ def render(n_skills: int, n_primitives: int, mode: str, decisions: int) -> list:
 
     space = mixed_space(n_skills, n_primitives)
     p = RandomController.probabilities(space, mode)
-    fig = Figure(figsize=(6.4, 2.4), layout="constrained")
+    fig = Figure(figsize=(6.4, 2.4))
+    fig.subplots_adjust(left=0.11, right=0.99, bottom=0.36, top=0.9)  # fixed margins (a layout engine doubles the drawing time)
     ax = fig.add_subplot()
     ax.bar(range(len(space)), p, color=["tab:blue"] * n_skills + ["tab:gray"] * n_primitives)
     ax.set_xticks(range(len(space)), space.names, rotation=90, fontsize=6)

@@ -55,7 +55,8 @@ def render(n_rollouts: int, gamma: float) -> list:
     from matplotlib.figure import Figure
 
     group = _rollouts(n_rollouts)
-    fig = Figure(figsize=(5.2, 3.0), layout="constrained")
+    fig = Figure(figsize=(5.2, 3.0))
+    fig.subplots_adjust(left=0.02, right=0.98, bottom=0.04, top=0.92)  # fixed margins (a layout engine doubles the drawing time)
     ax = fig.add_subplot()
     _, _, sc = plot_group_graph(group, [[POSITIONS[s] for s in tr.states] for tr in group], gamma=gamma, ax=ax)
     fig.colorbar(sc, ax=ax, label="V (eq. 5)")
