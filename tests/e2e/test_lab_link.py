@@ -1,12 +1,12 @@
 """From a chapter page into the running notebook, in a real browser (headless Chromium driven by Playwright).
 
-A one-chapter book (the GRAFT chapter, built from its committed notebook) must show the "Turn it by hand" section's
-static view (its figure loads, its table is there, no widget view or widget JavaScript) and an "Open in JupyterLab"
-button whose address is ``agentpost_lab_url`` + ``/lab/tree/graft.ipynb``. The test then starts JupyterLab as
+A one-chapter book (the GRAFT chapter, built from its committed notebook) must load without console errors and show
+the "Turn it by hand" section's static view (its figure loads, its table is there, no widget view or widget
+JavaScript) and an "Open in JupyterLab" button whose address is ``agentpost_lab_url`` + ``/lab/tree/graft.ipynb``. The test then starts JupyterLab as
 ``make lab`` does (on a free port, with a token, over a scratch copy of the notebook), logs in once with the token
 as the README says, follows the button (its path, on the test server's port), runs the section's cell, moves the
 rollouts slider one step and sees the table grow: 3 rollouts have 6 steps, 4 have 9.
-Slow: a book build, a JupyterLab server and a kernel (about a minute on 2 cores).
+Slow: a book build, a JupyterLab server and a kernel (about 1.5 minutes on 2 busy cores).
 """
 
 from __future__ import annotations
@@ -99,7 +99,11 @@ def test_chapter_page_shows_the_static_view_and_its_button_opens_the_live_notebo
         browser = pw.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
         context = browser.new_context(viewport={"width": 1400, "height": 900})
         page = context.new_page()
+        errors: list[str] = []
+        page.on("console", lambda msg: errors.append(msg.text) if msg.type == "error" else None)
+        page.on("pageerror", lambda exc: errors.append(str(exc)))
         page.goto(page_path.as_uri(), wait_until="load")
+        assert not errors, errors[:3]
         static = page.locator(".agentpost-walkthrough")
         assert static.count() == 1
         assert static.locator("img").evaluate("i => i.complete && i.naturalWidth > 0")
