@@ -32,8 +32,13 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -q -p no:cacheprovider tests/unit/test_layering.py
 
+# JupyterLab on notebooks/, where each chapter page's "Open in JupyterLab" button points (agentpost_lab_url in
+# _config.yml; README, "From a book page into the running notebook"). LAB_TOKEN: a fixed token instead of a random one.
+LAB_PORT  ?= 8888
+LAB_TOKEN ?=
 lab: $(STAMP)
-	$(BIN)/jupyter lab notebooks
+	$(BIN)/jupyter lab notebooks --ServerApp.ip=127.0.0.1 --ServerApp.port=$(LAB_PORT) --ServerApp.port_retries=0 \
+		$(if $(LAB_TOKEN),--IdentityProvider.token=$(LAB_TOKEN))
 
 # Every benchmark with quick CPU settings, then one long-format table (benchmarks/run_all.py --full: own defaults).
 bench: $(STAMP)

@@ -33,6 +33,7 @@ QUICK = {
     "kite_latency.py": ["--prompts", "64", "256", "--d-model", "64", "--repeats", "3", "--decode-tokens", "4"],
     "muser_compression.py": ["--lengths", "256", "1024", "--batch", "2", "--repeats", "3"],
     "toolsearcher_variants.py": ["--steps", "3"],
+    "walkthroughs.py": ["--repeats", "5"],
 }
 EXCLUDED = {"kernel_path_spread.py": "re-runs chapters per kernel path (hours); run it by hand with chapter names",
             "gpu_plan.py": "the GPU machine's plan behind gpu_all.sh (rehearsed by tests/e2e/test_gpu_all.py)"}

@@ -164,14 +164,16 @@ def execute_papermill(source: Path, output: Path, *, parameters: dict | None = N
     one under :func:`agentpost.evidence.receipt.code_root` (the code hash would describe other code).
 
     The kernel's sockets are files in a private temporary folder (one per execution, so concurrent runs never
-    share a socket path; removed afterwards even when the kernel was killed)."""
+    share a socket path; removed afterwards even when the kernel was killed). The widgets' state (the "Turn it by
+    hand" controls of :mod:`agentpost.book.walkthrough`) is not stored: it serves a live front end only, and each
+    such cell's output already carries its static view."""
     with tempfile.TemporaryDirectory(prefix=f"{SCRATCH_PREFIXES[1]}{os.getpid()}-") as sockets:
         transport = Config({"KernelManager": {"transport": "ipc", "ip": os.path.join(sockets, "kernel")}})
         try:
             papermill.execute_notebook(
                 str(source), str(output), parameters=parameters, kernel_name="python3", cwd=str(source.parent),
                 progress_bar=progress_bar, request_save_on_cell_execute=False, execution_timeout=timeout_s,
-                engine_name="agentpost", on_cell=on_cell, config=transport,
+                engine_name="agentpost", on_cell=on_cell, config=transport, store_widget_state=False,
             )
         finally:
             probe = _pop_imported_code(output)

@@ -31,6 +31,8 @@ def test_ledger_and_book_build(tiny_runs, tmp_path):
     html = project / "_build" / "html"
     chapter = (html / "notebooks" / "paired-protocol.html").read_text()
     assert "interpolated trigram" in chapter and "Verdicts say how big" in chapter
+    # the page's "Open in JupyterLab" button: the same notebook in the JupyterLab of `make lab` (agentpost_lab_url)
+    assert 'href="http://localhost:8888/lab/tree/paired-protocol.ipynb"' in chapter
     # the chapter prose cites the across-seed verdict glued in the generated verdicts notebook (smoke: no runs here)
     assert "not computed" in chapter
     verdicts = (html / "book" / "generated" / "verdicts" / "paired-protocol.html").read_text()

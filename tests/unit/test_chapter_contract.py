@@ -69,6 +69,19 @@ def test_committed_outputs_carry_no_widget_progress_warning(chapter):
 
 
 @pytest.mark.parametrize("chapter", STARTED, ids=lambda c: c.id)
+def test_committed_widget_views_come_with_their_static_view(chapter):
+    """The book drops widget views (``_config.yml``), so every widget view in a committed output must be a "Turn it by
+    hand" display carrying its static view (``agentpost.book.walkthrough``), never e.g. a tqdm widget bar; and no
+    widget state is stored (it would be embedded in the page)."""
+    nb = nbformat.read(chapter.notebook, as_version=4)
+    bare = [i for i, cell in enumerate(nb.cells) if cell.cell_type == "code" for out in cell.get("outputs", [])
+            if "application/vnd.jupyter.widget-view+json" in out.get("data", {})
+            and 'class="agentpost-walkthrough"' not in str(out["data"].get("text/html", ""))]
+    assert not bare, f"{chapter.id}: cells {bare} publish a widget view without a static view"
+    assert "widgets" not in nb.metadata, f"{chapter.id}: the committed notebook stores widget state"
+
+
+@pytest.mark.parametrize("chapter", STARTED, ids=lambda c: c.id)
 def test_one_seed_one_run(chapter):
     """A papermill run is one replication: no chapter trains a list of comparison seeds inside one run, and every
     declared comparison reads an outcomes metric the committed notebook records, for arms it records."""
