@@ -8,25 +8,27 @@ import math
 import numpy as np
 import pytest
 
-pytest.importorskip("ipywidgets")
+from matplotlib.figure import Figure
 
-import ipywidgets as widgets  # noqa: E402
-from matplotlib.figure import Figure  # noqa: E402
-
-from agentpost.book import lab_link  # noqa: E402
-from agentpost.book.walkthrough import turn_by_hand  # noqa: E402
-from agentpost.codeskills import walkthrough as codeskills_wt  # noqa: E402
-from agentpost.graft import walkthrough as graft_wt  # noqa: E402
-from agentpost.madrl import walkthrough as madrl_wt  # noqa: E402
-from agentpost.muser import walkthrough as muser_wt  # noqa: E402
-from agentpost.opsd import walkthrough as opsd_wt  # noqa: E402
+from agentpost.book import lab_link
+from agentpost.book.walkthrough import turn_by_hand
+from agentpost.codeskills import walkthrough as codeskills_wt
+from agentpost.graft import walkthrough as graft_wt
+from agentpost.madrl import walkthrough as madrl_wt
+from agentpost.muser import walkthrough as muser_wt
+from agentpost.opsd import walkthrough as opsd_wt
 
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 
 
-# --- the builder -------------------------------------------------------------------------------------------------
+# --- the builder (needs ipywidgets, a dependency since the walkthroughs) ----------------------------------------
 
-def test_moving_a_control_re_renders_with_the_new_value():
+@pytest.fixture
+def widgets():
+    return pytest.importorskip("ipywidgets")
+
+
+def test_moving_a_control_re_renders_with_the_new_value(widgets):
     calls = []
 
     def render(n, label):
@@ -41,7 +43,7 @@ def test_moving_a_control_re_renders_with_the_new_value():
     assert walk.values() == {"n": 4, "label": "square"}
 
 
-def test_display_carries_the_widget_view_and_the_static_view_at_the_current_values():
+def test_display_carries_the_widget_view_and_the_static_view_at_the_current_values(widgets):
     walk = turn_by_hand(lambda x: f"<b>{x}</b>", x=widgets.FloatSlider(0.5))
     bundle = walk._repr_mimebundle_()
     assert WIDGET_VIEW in bundle and bundle[WIDGET_VIEW]["model_id"] == walk.box.model_id
@@ -51,7 +53,7 @@ def test_display_carries_the_widget_view_and_the_static_view_at_the_current_valu
     assert "make lab" in static
 
 
-def test_figures_become_inline_png_and_tables_html():
+def test_figures_become_inline_png_and_tables_html(widgets):
     def render(k):
         fig = Figure()
         fig.add_subplot().plot([0, k])
@@ -62,7 +64,7 @@ def test_figures_become_inline_png_and_tables_html():
     assert html.count('src="data:image/png;base64,') == 1 and "<table" in html
 
 
-def test_bad_controls_are_named():
+def test_bad_controls_are_named(widgets):
     with pytest.raises(ValueError, match="at least one control"):
         turn_by_hand(lambda: None)
     with pytest.raises(TypeError, match=r"\['n'\]"):
