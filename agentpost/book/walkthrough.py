@@ -90,6 +90,16 @@ class Walkthrough:
         return {"text/html": self.static_html(), **bundle}
 
 
+def fixed_figure(width: float, height: float, **margins: float):
+    """A matplotlib figure of ``width`` x ``height`` inches with fixed margins (``subplots_adjust`` keywords): a
+    layout engine would double the drawing time of every moved control."""
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(width, height))
+    fig.subplots_adjust(**margins)
+    return fig
+
+
 def turn_by_hand(render: Callable[..., Any], **controls) -> Walkthrough:
     """A :class:`Walkthrough` of ``render`` over the named ipywidgets ``controls`` (keyword = ``render``'s argument)."""
     return Walkthrough(render, controls)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from agentpost.book.walkthrough import fixed_figure
 from agentpost.codeskills.controllers import RandomController
 from agentpost.codeskills.env import PRIMITIVE_KEYS
 from agentpost.codeskills.runtime import DEFAULT_SKILLS, ActionSpace
@@ -39,12 +40,9 @@ def selection_table(n_skills: int, n_primitives: int, mode: str, decisions: int)
 
 def render(n_skills: int, n_primitives: int, mode: str, decisions: int) -> list:
     """The chosen mode's probability of each action (skills first), and the table of both modes."""
-    from matplotlib.figure import Figure
-
     space = mixed_space(n_skills, n_primitives)
     p = RandomController.probabilities(space, mode)
-    fig = Figure(figsize=(6.4, 2.4))
-    fig.subplots_adjust(left=0.11, right=0.99, bottom=0.36, top=0.9)  # fixed margins (a layout engine doubles the drawing time)
+    fig = fixed_figure(6.4, 2.4, left=0.11, right=0.99, bottom=0.36, top=0.9)
     ax = fig.add_subplot()
     ax.bar(range(len(space)), p, color=["tab:blue"] * n_skills + ["tab:gray"] * n_primitives)
     ax.set_xticks(range(len(space)), space.names, rotation=90, fontsize=6)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from agentpost.book.walkthrough import fixed_figure
 from agentpost.graft.advantages import node_normalise, td0_advantages
 from agentpost.graft.figures import plot_group_graph
 from agentpost.graft.graph import Trajectory, build_graph
@@ -52,11 +53,8 @@ def step_table(n_rollouts: int, gamma: float) -> pd.DataFrame:
 
 def render(n_rollouts: int, gamma: float) -> list:
     """The graph drawn with its values (the chapter's own figure function) and the step table."""
-    from matplotlib.figure import Figure
-
     group = _rollouts(n_rollouts)
-    fig = Figure(figsize=(5.2, 3.0))
-    fig.subplots_adjust(left=0.02, right=0.98, bottom=0.04, top=0.92)  # fixed margins (a layout engine doubles the drawing time)
+    fig = fixed_figure(5.2, 3.0, left=0.02, right=0.98, bottom=0.04, top=0.92)
     ax = fig.add_subplot()
     _, _, sc = plot_group_graph(group, [[POSITIONS[s] for s in tr.states] for tr in group], gamma=gamma, ax=ax)
     fig.colorbar(sc, ax=ax, label="V (eq. 5)")

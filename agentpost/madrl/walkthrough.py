@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from agentpost.book.walkthrough import fixed_figure
 from agentpost.madrl.rewards import DIVERGENCES, as_distribution, category_reward, empirical_distribution, smooth_target
 
 #: The worked example's group: 6, 3 and 1 samples of categories 0, 1, 2.
@@ -32,11 +33,8 @@ def reward_table(w0: float, w1: float, w2: float, *, target_smoothing: float = 1
 
 def render(w0: float, w1: float, w2: float) -> list:
     """Grouped bars of r(c) per divergence, and the table."""
-    from matplotlib.figure import Figure
-
     table = reward_table(w0, w1, w2)
-    fig = Figure(figsize=(5.2, 2.6))
-    fig.subplots_adjust(left=0.14, right=0.98, bottom=0.2, top=0.97)  # fixed margins (a layout engine doubles the drawing time)
+    fig = fixed_figure(5.2, 2.6, left=0.14, right=0.98, bottom=0.2, top=0.97)
     ax = fig.add_subplot()
     width = 0.8 / len(DIVERGENCES)
     for k, name in enumerate(DIVERGENCES):

@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from agentpost.book.walkthrough import fixed_figure
 from agentpost.muser.interests import adaptive_score, interest_cosines, interest_weights
 
 INTERESTS = torch.tensor([[[1.0, 0.0], [0.0, 1.0]]], dtype=torch.float64)
@@ -36,13 +37,10 @@ def interest_table(angle_deg: float, tau: float) -> pd.DataFrame:
 
 def render(angle_deg: float, tau: float) -> list:
     """alpha_m and the score against the candidate's angle (current angle marked), and the table."""
-    from matplotlib.figure import Figure
-
     grid = np.linspace(0.0, 90.0, 91)
     cos = interest_cosines(INTERESTS, _candidates(grid))
     alpha = interest_weights(cos, tau)[0].numpy()
-    fig = Figure(figsize=(6.4, 2.5))
-    fig.subplots_adjust(left=0.1, right=0.99, bottom=0.19, top=0.97, wspace=0.35)  # fixed margins (a layout engine doubles the drawing time)
+    fig = fixed_figure(6.4, 2.5, left=0.1, right=0.99, bottom=0.19, top=0.97, wspace=0.35)
     left, right = fig.subplots(1, 2)
     left.plot(grid, alpha[0], label="α_1 (u_1)")
     left.plot(grid, alpha[1], label="α_2 (u_2)")
