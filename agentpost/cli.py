@@ -22,9 +22,9 @@ folder; default: ../shared/data next to the checkout)."""
 
 
 def _describe(runs) -> str:
-    from agentpost.evidence.levels import newest_configuration
+    from agentpost.evidence.levels import counted_configuration
 
-    group = newest_configuration(runs)
+    group = counted_configuration(runs)
     if not group:
         return f"no valid run ({len(runs)} invalid)"
     ok = sorted(r.receipt["seed"] for r in group if r.valid_ok)
@@ -40,7 +40,7 @@ def _cmd_list(args) -> int:
     from agentpost.evidence.validate import check_run
 
     runs, adhoc = group_runs([check_run(d) for d in rc.run_dirs()])
-    print(f"{'chapter':18} {'status':12} {'profiles':16} newest evidence")
+    print(f"{'chapter':18} {'status':12} {'profiles':16} counted evidence")
     for ch in chapters():
         status = "started" if ch.started else "not started"
         newest = [f"{profile}: {_describe(rs)}" for (cid, profile), rs in sorted(runs.items()) if cid == ch.id]
@@ -112,7 +112,7 @@ def _say_invalid(invalid: list[str]) -> None:
 
 def _cmd_validate(args) -> int:
     from agentpost.evidence import receipt as rc
-    from agentpost.evidence.levels import UNKNOWN, group_runs, newest_configuration
+    from agentpost.evidence.levels import UNKNOWN, group_runs, counted_configuration
     from agentpost.evidence.validate import check_run, gpu_evidence_problems
 
     paths = [Path(p) for p in args.paths] or [rc.runs_root()]
@@ -134,7 +134,7 @@ def _cmd_validate(args) -> int:
     for (chapter, profile), group in sorted(runs.items()):
         if profile == "smoke" or (chapter, profile) == UNKNOWN:  # receipts naming no catalogue profile
             continue
-        reasons = gpu_evidence_problems([r.receipt for r in newest_configuration(group)])
+        reasons = gpu_evidence_problems([r.receipt for r in counted_configuration(group)])
         print(f"{chapter}/{profile}: " + ("counts as GPU evidence" if not reasons else "not GPU evidence: " + "; ".join(reasons)))
     print(f"{len(reports)} run(s) checked, {len(problems)} problem(s)")
     return 1 if problems else 0
@@ -303,7 +303,7 @@ def build_parser() -> argparse.ArgumentParser:
         cmd.set_defaults(func=func)
         return cmd
 
-    command("list", _cmd_list, "chapters, their profiles and their newest evidence")
+    command("list", _cmd_list, "chapters, their profiles and the evidence each counts")
 
     run = command("run", _cmd_run, "execute chapter notebooks through papermill, one process per (chapter, seed)",
                   "Execute chapter notebooks through papermill, one process per (chapter, seed), each into\n"
@@ -337,14 +337,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     cmp_ = command("compare", _cmd_compare, "compute a chapter's declared comparisons across its seed runs",
                    "Compute the chapter's declared comparisons (agentpost/catalogue/<chapter>.yaml, `comparisons:`)\n"
-                   "across the seed runs of the newest configuration of a profile: one seed = one papermill run.\n"
+                   "across the seed runs of the counted configuration (most seeds) of a profile: one seed = one papermill run.\n"
                    "Verdicts: better/worse (a difference that matters), ... may be negligible (detectable, within\n"
                    "reach of the margin), equivalent (inside the margin), inconclusive, no information.")
     cmp_.add_argument("chapter", metavar="CHAPTER", help="chapter id (see `agentpost list`)")
     cmp_.add_argument("--profile", default="smoke", help="parameter profile whose runs are compared")
 
     pl = command("plan", _cmd_plan, "seeds x items each declared comparison needs, from a pilot profile's runs",
-                 "From the variance components of a pilot (the newest runs of --profile), the fewest items per seed\n"
+                 "From the variance components of a pilot (the counted configuration of --profile), the fewest items per seed\n"
                  "that bring each declared comparison's MDE at 80% power down to its margin, per seed count, with\n"
                  "the predicted wall time from the pilot receipts' timings.")
     pl.add_argument("chapter", metavar="CHAPTER", help="chapter id (see `agentpost list`)")

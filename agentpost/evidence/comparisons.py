@@ -2,8 +2,8 @@
 
 Each papermill run is one seed and records every arm's per-item outcomes once
 (:func:`agentpost.evidence.outcomes.record_outcomes`). A comparison is declared once in the chapter's catalogue
-entry (:class:`agentpost.catalogue.Comparison`); this module reads the valid runs of the newest configuration
-(all but the seed equal), pairs the two arms item by item *by item id* within each seed, checks that both arms
+entry (:class:`agentpost.catalogue.Comparison`); this module reads the valid runs of the counted configuration
+(all but the seed equal; the one with most seeds, :func:`agentpost.evidence.levels.configurations`), pairs the two arms item by item *by item id* within each seed, checks that both arms
 started from the same facts (checkpoint, data, updates, token cap: :class:`agentpost.stats.ArmMeta`, except the
 facts the declaration allows to differ), drops seeds that are copies of another seed (every recorded
 outcome identical: a copy is not a replication), and calls :func:`agentpost.stats.compare`. Adding seeds to
@@ -119,15 +119,15 @@ def compute_one(chapter_id: str, profile: str, comparison: Comparison, runs) -> 
 
 
 def configuration_runs(chapter_id: str, profile: str, runs: dict | None = None) -> list:
-    """The valid, non-ad-hoc runs of the newest configuration of (chapter, profile)."""
-    from agentpost.evidence.levels import collect_runs, newest_configuration
+    """The valid, non-ad-hoc runs of the counted configuration of (chapter, profile)."""
+    from agentpost.evidence.levels import collect_runs, counted_configuration
 
     runs = collect_runs(chapter_id) if runs is None else runs
-    return [r for r in newest_configuration(runs.get((chapter_id, profile), [])) if r.valid_ok and not r.adhoc]
+    return [r for r in counted_configuration(runs.get((chapter_id, profile), [])) if r.valid_ok and not r.adhoc]
 
 
 def compute(chapter_id: str, profile: str, runs: dict | None = None) -> list[Computed]:
-    """Every declared comparison of ``chapter_id`` over the newest configuration of ``profile``."""
+    """Every declared comparison of ``chapter_id`` over the counted configuration of ``profile``."""
     chapter: Chapter = chapter_of(chapter_id)
     group = configuration_runs(chapter_id, profile, runs)
     return [compute_one(chapter_id, profile, c, group) for c in chapter.comparisons]

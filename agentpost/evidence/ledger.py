@@ -18,7 +18,8 @@ from agentpost.catalogue import Chapter, chapters
 from agentpost.errors import UsageError
 from agentpost.evidence import receipt as rc
 from agentpost.evidence.escape import code, escape_cell
-from agentpost.evidence.levels import LEVELS, ClaimStatus, Run, collect_runs, ledger_rows, newest_configuration, read_claims_report
+from agentpost.evidence.levels import (LEVELS, ClaimStatus, Run, collect_runs, configurations, counted_configuration,
+                                       ledger_rows, read_claims_report)
 from agentpost.evidence.comparison_pages import comparisons_section, headline_section
 from agentpost.evidence.comparisons import compute, compute_all
 from agentpost.evidence.paired_table import paired_rows
@@ -138,11 +139,15 @@ def evidence_page(chapter: Chapter, runs, rows: list[ClaimStatus], out_dir: Path
         lines.append("No runs yet: `agentpost run " + chapter.id + " --profile smoke`.")
     for profile in profiles:
         all_runs = runs[(chapter.id, profile)]
-        group = sorted(newest_configuration(all_runs), key=lambda r: r.receipt["seed"])
+        counted, *others = configurations(all_runs) or [[]]
+        group = sorted(counted, key=lambda r: r.receipt["seed"])
         invalid = sum(1 for r in all_runs if r.problems)
+        not_counted = (f" {sum(map(len, others))} valid run(s) in {len(others)} other configuration(s) are not counted"
+                       " (another code or parameters; the counted one has the most seeds)." if others else "")
         lines += [f"## Profile {code(profile)}", "",
-                  f"Newest configuration: {len(group)} run(s); {len(all_runs)} run(s) on record"
-                  + (f", {invalid} of them invalid (never counted; `agentpost validate` names why)." if invalid else "."), "",
+                  f"Counted configuration: {len(group)} run(s); {len(all_runs)} run(s) on record"
+                  + (f", {invalid} of them invalid (never counted; `agentpost validate` names why)." if invalid else ".")
+                  + not_counted, "",
                   "| seed | status | valid | wall s | peak RSS MiB | device | receipt | notebook |",
                   "|---|---|---|---|---|---|---|---|"]
         for r in group:
@@ -210,7 +215,7 @@ def write_ledger(tests_report: Path | None = None, runs: dict | None = None) -> 
         shutil.rmtree(tmp, ignore_errors=True)
         ev_dir = tmp / "evidence"
         ev_dir.mkdir(parents=True)
-        paired = paired_rows(r.receipt for k in sorted(runs, key=str) for r in newest_configuration(runs[k])
+        paired = paired_rows(r.receipt for k in sorted(runs, key=str) for r in counted_configuration(runs[k])
                             if r.valid_ok and not r.adhoc)
         headline = headline_section(computed)
         rc.write_atomic(tmp / "ledger.md", ledger_page(rows) + ("\n" + headline if headline else "") + ("\n## Paired comparisons of every chapter\n\n" + paired

@@ -100,15 +100,24 @@ def malformed_message(runs: dict[tuple[str, str], list[Run]]) -> str | None:
     return f"{len(bad)} malformed receipt(s), listed as invalid and never counted: {named}{more}"
 
 
-def newest_configuration(runs: list[Run]) -> list[Run]:
-    """The valid runs of the configuration (all but the seed equal) that finished most recently."""
+def configurations(runs: list[Run]) -> list[list[Run]]:
+    """The valid runs grouped by configuration (all but the seed equal), the counted one first.
+
+    The counted configuration is the one with the most valid seeds, the most recently finished among equals: a
+    stray run with other code or parameters starts a configuration of its own and cannot hide a larger committed
+    one (the ledger lists the others it does not count)."""
     groups: dict[str, list[Run]] = defaultdict(list)
     for run in runs:
         if not run.problems:
             groups[rc.configuration_key(run.receipt)].append(run)
-    if not groups:
-        return []
-    return max(groups.values(), key=lambda g: max(r.receipt["timing"]["end"] for r in g))
+    return sorted(groups.values(), reverse=True,
+                  key=lambda g: (len({r.receipt["seed"] for r in g}), max(r.receipt["timing"]["end"] for r in g)))
+
+
+def counted_configuration(runs: list[Run]) -> list[Run]:
+    """The valid runs of the configuration a profile's evidence is read from (:func:`configurations`)."""
+    groups = configurations(runs)
+    return groups[0] if groups else []
 
 
 def read_claims_report(path: Path | None = None) -> dict:
@@ -191,7 +200,7 @@ def claim_status(chapter: Chapter, claim: Claim, tests: dict, runs: dict[tuple[s
     for (cid, profile), chapter_runs in runs.items():
         if cid != chapter.id:
             continue
-        group = [r for r in newest_configuration(chapter_runs) if r.valid_ok and not r.adhoc]
+        group = [r for r in counted_configuration(chapter_runs) if r.valid_ok and not r.adhoc]
         seeds = {r.receipt["seed"] for r in group}
         mine = [c for c in (computed or {}).get((cid, profile), []) if c.comparison.claim == claim.id]
         if mine:  # declared comparisons count distinct replications only (copies are left out)

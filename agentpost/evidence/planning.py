@@ -1,6 +1,6 @@
 """``agentpost plan``: the seeds x items each declared comparison needs, from a pilot's runs.
 
-The pilot is the newest configuration of a profile (usually ``smoke``). For each declared comparison computed over
+The pilot is the counted configuration (most seeds) of a profile (usually ``smoke``). For each declared comparison computed over
 it (:mod:`agentpost.evidence.comparisons`), :func:`agentpost.stats.plan` predicts from the pilot's variance
 components the fewest items per seed that bring the MDE (80% power) down to the comparison's margin, for each
 seed count. The predicted wall time uses the pilot receipts' median wall time per run ``w`` at ``n0`` items per

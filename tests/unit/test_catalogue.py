@@ -32,7 +32,7 @@ def test_a_synthetic_claim_in_a_public_chapter_never_reaches_diagnostic(monkeypa
     chapter = Chapter("demo", "Demo", None, None, 1, (), False, (public, synthetic), ())
     runs = {("demo", "smoke"): [levels.Run(Path(f"r{s}"), {"seed": s, "status": "ok", "kind": "profile",
                                                             "metrics": {"m": s / 100}}) for s in (42, 43, 44)]}
-    monkeypatch.setattr(levels, "newest_configuration", lambda group: group)
+    monkeypatch.setattr(levels, "counted_configuration", lambda group: group)
     monkeypatch.setattr(levels, "gpu_evidence_problems", lambda receipts: ["cpu"])
     assert levels.claim_status(chapter, public, {}, runs).levels["diagnostic"] is True
     status = levels.claim_status(chapter, synthetic, {}, runs)

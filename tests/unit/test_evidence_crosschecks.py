@@ -85,3 +85,25 @@ def test_staleness_is_judged_by_the_code_the_run_imported(tmp_path, monkeypatch)
     assert rc.changed_code(escape) == ["../outside.py"]
     older = {k: v for k, v in receipt.items() if k != "imported_code"}  # schema 3: the whole tree decides
     assert "hashes.code_tree" in stale_inputs(older)
+
+
+def test_the_counted_configuration_is_the_one_with_most_seeds_so_a_stray_run_hides_nothing():
+    """16 committed seeds under older code stay the evidence when one seed is run later with newer code; between
+    equal seed counts the most recent configuration counts. Invalid runs form no configuration."""
+    from pathlib import Path
+
+    from agentpost.evidence.levels import Run, configurations, counted_configuration
+
+    def run(seed, code, end, problems=()):
+        receipt = {"chapter": "kite", "profile": "cpu", "kind": "profile", "seed": seed,
+                   "hashes": {"source_notebook": "s", "parameters": "p", "code_tree": code, "data": {}},
+                   "timing": {"end": end}}
+        return Run(Path(f"seed-{seed}"), receipt, list(problems))
+
+    committed = [run(s, "old", f"2026-11-0{1 + s % 5}T00:00:00") for s in range(16)]
+    stray = [run(99, "new", "2026-12-01T00:00:00")]
+    assert counted_configuration(committed + stray) == committed
+    assert [len(g) for g in configurations(stray + committed)] == [16, 1]
+    older, newer = [run(1, "a", "2026-11-01T00:00:00")], [run(2, "b", "2026-11-02T00:00:00")]
+    assert counted_configuration(older + newer) == newer
+    assert counted_configuration([run(3, "c", "2026-12-02T00:00:00", problems=["device"])]) == []
