@@ -4,6 +4,8 @@
 ledger and the built book land there and never in the checkout.
 """
 
+import hashlib
+import json
 import os
 import shutil
 import subprocess
@@ -13,6 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from agentpost.evidence.receipt import seal
 from agentpost.project import project_root
 
 REPO = project_root()
@@ -61,3 +64,16 @@ def agentpost(root: Path, *args: str, data: Path | None = DATA) -> subprocess.Co
     else:
         env.pop("AGENTPOST_DATA", None)
     return subprocess.run([sys.executable, "-m", "agentpost", *args], cwd=root, env=env, capture_output=True, text=True)
+
+
+def load_run(run: Path) -> tuple[dict, dict]:
+    return json.loads((run / "receipt.json").read_text()), json.loads((run / "notebook.ipynb").read_text())
+
+
+def reseal_run(run: Path, receipt: dict, nb: dict | None = None) -> None:
+    """Write an edited run back as a forger would: notebook as nbformat writes it, its hash, then the seal."""
+    if nb is not None:
+        text = json.dumps(nb, indent=1, sort_keys=True, ensure_ascii=False) + "\n"
+        (run / "notebook.ipynb").write_text(text)
+        receipt["hashes"]["output_notebook"] = hashlib.sha256(text.encode()).hexdigest()
+    (run / "receipt.json").write_text(json.dumps(seal(receipt), indent=2, sort_keys=True))

@@ -7,31 +7,14 @@ Also here: the forgery of issue 10 (a CPU run relabelled as A100 evidence), swap
 refusing to reuse a run that does not validate.
 """
 
-import hashlib
-import json
 import shutil
-from pathlib import Path
 
 import pytest
 
-from agentpost.evidence.receipt import seal
-from tests.e2e.conftest import agentpost, run_folders
+from tests.e2e.conftest import load_run, reseal_run, agentpost, run_folders
 
 A100 = {"kind": "cuda", "name": "NVIDIA A100-SXM4-80GB", "count": 1, "memory_bytes": 85899345920, "driver": "550.54.15",
         "cuda": "12.4", "capability": "8.0", "machine": "x86_64"}
-
-
-def _load(run: Path) -> tuple[dict, dict]:
-    return json.loads((run / "receipt.json").read_text()), json.loads((run / "notebook.ipynb").read_text())
-
-
-def _reseal(run: Path, receipt: dict, nb: dict | None = None) -> None:
-    """Write an edited run back as a forger would: notebook as nbformat writes it, its hash, then the seal."""
-    if nb is not None:
-        text = json.dumps(nb, indent=1, sort_keys=True, ensure_ascii=False) + "\n"
-        (run / "notebook.ipynb").write_text(text)
-        receipt["hashes"]["output_notebook"] = hashlib.sha256(text.encode()).hexdigest()
-    (run / "receipt.json").write_text(json.dumps(seal(receipt), indent=2, sort_keys=True))
 
 
 def _outputs(nb: dict, name: str) -> list[dict]:
@@ -203,9 +186,9 @@ def test_tamper_suite(seed_runs, tmp_path):
     for i, (_, edit) in enumerate(CASES):
         copy = tmp_path / f"case{i:02d}-{edit.__name__}" / "paired-protocol" / "tiny" / original.name
         shutil.copytree(original, copy)
-        r, nb = _load(copy)
+        r, nb = load_run(copy)
         edit(r, nb)
-        _reseal(copy, r, nb)
+        reseal_run(copy, r, nb)
         folders.append(copy)
     found = _validate(project, *folders)
     caught = [(field, edit.__name__) for (field, edit), copy in zip(CASES, folders) if f": {field}: " in found[str(copy)]]
@@ -223,9 +206,9 @@ def test_forged_gpu_evidence_is_refused(seed_runs, tmp_path):
         for run in runs.values():
             copy = forged_root / run.name
             shutil.copytree(run, copy)
-            r, _ = _load(copy)
+            r, _ = load_run(copy)
             r["profile"], r["device"] = "a100", dict(A100)
-            _reseal(copy, r)
+            reseal_run(copy, r)
         out = agentpost(project, "validate", str(forged_root)).stdout
         for field in ("parameters", "run_key", "device"):
             assert f": {field}: " in out, (field, out)
@@ -245,13 +228,13 @@ def test_a_consistent_relabel_still_lacks_the_cuda_facts(seed_runs, tmp_path):
     for run in runs.values():
         copy = other / "book" / "runs" / "paired-protocol" / "tiny" / run.name
         shutil.copytree(run, copy)
-        r, nb = _load(copy)
+        r, nb = load_run(copy)
         bundle = _outputs(nb, "run_environment")[0]["data"]
         facts = bundle["application/scrapbook.scrap.json+json"]["data"]
         r["device"] = facts["device"] = r["metrics"]["run_environment"]["device"] = dict(A100)
         bundle["text/plain"] = format_value(facts)
         bundle["text/html"] = value_html("run_environment", bundle["text/plain"])
-        _reseal(copy, r, nb)
+        reseal_run(copy, r, nb)
     result = agentpost(other, "validate")
     assert result.returncode == 0, result.stdout  # every hash is consistent: hashes cannot tell
     line = next(line for line in result.stdout.splitlines() if line.startswith("paired-protocol/tiny:"))
@@ -273,9 +256,9 @@ def test_swapped_seed_folders_are_caught(seed_runs, tmp_path):
 def test_cache_reuses_only_runs_that_validate(seed_runs):
     project, runs = seed_runs
     run = runs[44]
-    r, _ = _load(run)
+    r, _ = load_run(run)
     r["metrics"]["test_nll_trigram_nats"] -= 0.5
-    _reseal(run, r)
+    reseal_run(run, r)
     again = agentpost(project, "run", "paired-protocol", "--profile", "tiny", "--seeds", "44")
     assert again.returncode == 0, again.stdout + again.stderr
     assert "cached" not in again.stdout and " ok " in again.stdout
