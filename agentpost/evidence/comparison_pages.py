@@ -70,8 +70,45 @@ def forest_plot(computed: list[Computed], path: Path, title: str) -> bool:
     return True
 
 
-def comparisons_section(chapter_id: str, profile: str, computed: list[Computed], out_dir: Path) -> list[str]:
-    """The page section for one profile's declared comparisons (table, copies and problems, forest plot)."""
+def _hours(h: float) -> str:
+    return f"{h * 60:.0f} min" if h < 1 else f"{h:.2g} h"
+
+
+def settling_lines(computed: list[Computed], wall_s: float | None) -> list[str]:
+    """What would settle each inconclusive comparison: the planner's fewest seeds at the recorded items per seed
+    and at four times as many, from the variance components of these runs
+    (:func:`agentpost.evidence.planning.what_would_settle`)."""
+    from agentpost.evidence.planning import SETTLE_SEEDS, what_would_settle
+
+    lines = []
+    for c in computed:
+        options = what_would_settle(c, wall_s)
+        if not options:
+            continue
+        said = []
+        for o in options:
+            if o.seeds is None:
+                said.append(f"no seed count up to {SETTLE_SEEDS[-1]} at {o.items} items per seed")
+                continue
+            low, high = o.hours_jobs2 or (None, None)
+            time = "" if low is None else f" (about {_hours(low)} at `--jobs 2`" + (
+                f", up to {_hours(high)} if evaluation dominates)" if high > low * 1.05 else ")")
+            said.append(f"{o.seeds} seeds at {o.items} items per seed{time}")
+        goal = ("MDE down to the margin" if c.result["mde"] > c.comparison.min_effect
+                else "a 95% CI that excludes the margin, if the estimate holds")
+        lines.append(f"- `{c.comparison.id}` (MDE {c.result['mde']:.3g}, margin {c.comparison.min_effect:.3g}; "
+                     f"needs MDE {options[0].target:.2g}: {goal}): " + "; ".join(said) + ".")
+    if not lines:
+        return []
+    return ["", "What would settle the inconclusive comparisons: `agentpost plan`'s arithmetic on these runs' own "
+            "variance components (80% power), with this profile's median run time. A prediction: the components are "
+            "estimates from the seeds above.", ""] + lines
+
+
+def comparisons_section(chapter_id: str, profile: str, computed: list[Computed], out_dir: Path,
+                        wall_s: float | None = None) -> list[str]:
+    """The page section for one profile's declared comparisons (table, copies and problems, forest plot, and
+    what would settle the inconclusive ones; ``wall_s``: the median wall time of one of its runs)."""
     if not computed:
         return []
     seeds = sorted({s for c in computed for s in c.seeds})
@@ -87,6 +124,7 @@ def comparisons_section(chapter_id: str, profile: str, computed: list[Computed],
     name = f"{chapter_id}-{profile}-forest.png"
     if forest_plot(computed, out_dir / name, f"{chapter_id} · {profile}: declared comparisons"):
         lines += ["", f"![forest plot of the declared comparisons]({name})"]
+    lines += settling_lines(computed, wall_s)
     lines += ["", "Why each margin:", ""] + [f"- `{c.comparison.id}`: {c.comparison.why}" for c in computed]
     return lines
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import statistics
 from pathlib import Path
 
 import yaml
@@ -168,7 +169,8 @@ def evidence_page(chapter: Chapter, runs, rows: list[ClaimStatus], out_dir: Path
             fig = _figure(chapter.id, profile, group, names, out_dir)
             if fig:
                 lines += ["", f"![recorded metrics per seed]({fig})"]
-        lines += comparisons_section(chapter.id, profile, (computed or {}).get((chapter.id, profile), []), out_dir)
+        wall = statistics.median(r.receipt["timing"]["wall_s"] for r in group) if group else None
+        lines += comparisons_section(chapter.id, profile, (computed or {}).get((chapter.id, profile), []), out_dir, wall)
         if table := paired_rows(r.receipt for r in group):
             lines += ["", "### Paired comparisons recorded by each run", "", table]
         lines.append("")

@@ -84,3 +84,56 @@ def render(rows: list[PlanRow], chapter_id: str, profile: str, *, show: int = 4)
             time = f"; about {span[0]:.0f}-{span[1]:.0f} min" if span else ""
             out.append(f"    {d['seeds']:>3} seeds x {d['items']:>6} items per seed -> MDE {d['mde']:.3g}{time}")
     return "\n".join(out)
+
+
+#: Seed counts the evidence pages consider when they say what would settle a comparison (a geometric grid).
+SETTLE_SEEDS = (*range(3, 11), 12, 16, 20, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024)
+#: Item multiples of the recorded items per seed the evidence pages consider.
+SETTLE_ITEM_FACTORS = (1, 4)
+
+
+@dataclass
+class Settling:
+    """The fewest seeds (on :data:`SETTLE_SEEDS`) at ``items`` per seed whose predicted MDE reaches ``target``
+    (``seeds`` None: none up to the grid's end), with the predicted hours at ``--jobs 2`` (None: no run time)."""
+    items: int
+    target: float
+    seeds: int | None
+    mde: float | None
+    hours_jobs2: tuple[float, float] | None
+
+
+def settling_target(computed: Computed, power: float = 0.8, alpha: float = 0.05) -> float:
+    """The MDE an inconclusive comparison needs. Above its margin: the margin (an effect of that size becomes
+    detectable). At or below it (a detectable difference whose CI straddles the margin): the MDE whose 95% CI
+    half-width, about ``MDE * z_{1-a/2} / (z_{1-a/2} + z_power)``, is ``| |estimate| - margin |``, so the CI
+    would exclude the margin if the estimate held."""
+    from statistics import NormalDist
+
+    margin, result = computed.comparison.min_effect, computed.result
+    if result["mde"] > margin:
+        return margin
+    z_a, z_b = NormalDist().inv_cdf(1 - alpha / 2), NormalDist().inv_cdf(power)
+    return abs(abs(result["estimate"]) - margin) * (z_a + z_b) / z_a
+
+
+def what_would_settle(computed: Computed, wall_s: float | None, power: float = 0.8) -> list[Settling]:
+    """For an inconclusive comparison, the designs that would settle it (:func:`settling_target`), from the variance
+    components of the very runs it was computed on (:func:`agentpost.stats.plan`); empty for a conclusive one or one
+    that could not be computed."""
+    from agentpost.stats import plan
+
+    if computed.result is None or computed.conclusive:
+        return []
+    n0, target = _pilot_items(computed.result), settling_target(computed, power)
+    if not target > 0:
+        return []
+    out = []
+    for factor in SETTLE_ITEM_FACTORS:
+        p = plan(computed.result["variance_components"], design=computed.result["design"], min_effect=target,
+                 power=power, seeds=SETTLE_SEEDS, items=[n0 * factor])
+        first = p.designs[0] if p.designs else None
+        span = minutes(wall_s, first["seeds"], n0 * factor, n0) if first else None
+        out.append(Settling(n0 * factor, target, first and first["seeds"], first and first["mde"],
+                            span and (span[0] / 120, span[1] / 120)))
+    return out

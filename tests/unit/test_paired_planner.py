@@ -63,3 +63,48 @@ def test_plan_refuses_bad_input():
     with pytest.raises(ProtocolError, match="variance component 'seed'"):
         plan({"seed": -1.0, "item": 0.1, "residual": 0.1}, design="crossed", min_effect=0.1)
     assert stats.chi2.ppf(0.3, 2) == pytest.approx(-2 * math.log(0.7))
+
+
+def _computed(estimate, mde, verdict_class, components, n_seeds=5, n_items=10, min_effect=0.05):
+    from agentpost.catalogue import Comparison
+    from agentpost.evidence.comparisons import Computed
+
+    comparison = Comparison(id="b_vs_a", claim="C1", metric="m", a="a", b="b", higher_is_better=True,
+                            min_effect=min_effect, why="")
+    result = {"estimate": estimate, "mde": mde, "verdict_class": verdict_class, "variance_components": components,
+              "design": "crossed", "n_seeds": n_seeds, "n_items": n_items}
+    return Computed("kite", "cpu", comparison, result=result)
+
+
+def test_what_would_settle_an_inconclusive_comparison_by_hand():
+    """Above the margin the target MDE is the margin; at or below it (a detectable difference whose CI straddles
+    the margin) it is the MDE whose 95% CI half-width MDE * 1.959964 / (1.959964 + 0.841621) equals
+    | |estimate| - margin |: for estimate 0.04 and margin 0.05, 0.01 * 2.801585 / 1.959964 = 0.014294."""
+    from agentpost.evidence.planning import SETTLE_SEEDS, settling_target, what_would_settle
+
+    components = {"seed": 0.0016, "item": 0.0011, "residual": 0.0068}
+    wide = _computed(0.01, 0.09, "inconclusive", components)
+    assert settling_target(wide) == 0.05
+    straddling = _computed(-0.04, 0.03, "detectable", components)
+    assert settling_target(straddling) == pytest.approx(0.014294, abs=1e-6)
+    options = what_would_settle(wide, wall_s=60.0)
+    assert [o.items for o in options] == [10, 40]
+    for o in options:  # the first seed count on the grid whose predicted MDE reaches the target, and not the one before
+        assert predict(components, o.seeds, o.items, design="crossed")["mde"] <= 0.05 == o.target
+        before = SETTLE_SEEDS[SETTLE_SEEDS.index(o.seeds) - 1]
+        assert predict(components, before, o.items, design="crossed")["mde"] > 0.05
+        # one run takes 60 s when items cost nothing, 60 s x items/10 when evaluation dominates; two at a time
+        assert o.hours_jobs2 == pytest.approx((o.seeds / 120, o.seeds / 120 * o.items / 10))
+    assert what_would_settle(_computed(0.2, 0.03, "matters", components), 60.0) == []
+    assert what_would_settle(_computed(0.05, 0.03, "detectable", components), 60.0) == []  # estimate on the margin
+
+
+def test_the_evidence_page_says_what_would_settle_only_the_inconclusive_comparisons():
+    from agentpost.evidence.comparison_pages import settling_lines
+
+    components = {"seed": 0.0016, "item": 0.0011, "residual": 0.0068}
+    lines = settling_lines([_computed(0.01, 0.09, "inconclusive", components),
+                            _computed(0.2, 0.03, "matters", components)], wall_s=60.0)
+    said = [line for line in lines if line.startswith("- ")]
+    assert len(said) == 1 and said[0].startswith("- `b_vs_a` (MDE 0.09, margin 0.05; needs MDE 0.05")
+    assert " seeds at 10 items per seed (about " in said[0] and " seeds at 40 items per seed" in said[0]
