@@ -22,7 +22,7 @@ way but leaves ties to ``torch.topk``; here they are fixed so that runs are repr
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import ClassVar, TypeVar
 
 import torch
 
@@ -152,9 +152,10 @@ class Scorer:
 
 
 SCORERS = Registry("KV retention scorer")
+S = TypeVar("S", bound=type[Scorer])
 
 
-def register(cls: type[Scorer]) -> type[Scorer]:
+def register(cls: S) -> S:
     """Class decorator: register a scorer in :data:`SCORERS` under its ``name``."""
     return SCORERS.register(cls.name)(cls)
 

@@ -1,4 +1,4 @@
-"""agentpost.kv_retention: the one top-B selector that ActKV (dense, paged) and DeltaS share."""
+"""agentpost.kv_retention: the one selector, scorer base and registry that ActKV (dense, paged) and DeltaS share."""
 
 import math
 
