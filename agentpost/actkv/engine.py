@@ -15,7 +15,8 @@
   kernels plug in: a :class:`~agentpost.actkv.paged.PagedMirror` mirrors the evictable entries into a paged cache,
   and at each round boundary the action attention comes from the decode kernel's log-sum-exp and Algorithm 3
   instead of the eager probabilities, and compaction is Algorithm 4 on the paged cache, written back into the
-  DynamicCache. Algorithm 1 (``ActKV.keep_scores`` + :func:`select_top_b`) is the same code on both backends.
+  DynamicCache. Algorithm 1 (``ActKV.keep_scores`` + the one selector,
+  :func:`agentpost.kv_retention.select`) is the same code on both backends.
 - **Loops.** :func:`score_trace` feeds a given trace (teacher forcing) chunk by chunk and records each token's
   log-probability, top-1 prediction and, for the budget rule, the confidence of every *generated* token (reasoning
   and action: Algorithm 2 step 1, "for every decoded token"; never the prefix or tool-returned observation text);
@@ -38,7 +39,6 @@ import numpy as np
 import torch
 
 from agentpost.actkv.budget import ConfidenceBudget, TokenConfidence, confidence_from_logits
-from agentpost.actkv.lrfu import select_top_b
 from agentpost.actkv.paged import PagedMirror
 from agentpost.actkv.policies import ActKV, KVPolicy
 from agentpost.actkv.regions import ActionRegionDetector, RoundLayout
@@ -261,20 +261,20 @@ class CompressedSession:
 
     @torch.no_grad()
     def compress(self) -> None:
-        """Score every layer, keep the prefix and the top-``B`` evictable entries, compact the cache."""
+        """Score every layer, keep the prefix and the ``B`` evictable entries the one selector picks under the policy's
+        protection (:meth:`agentpost.kv_retention.Scorer.select`), compact the cache."""
         if self.policy.compress_at == "never":
             return
         t0 = time.perf_counter()
         if self.budget_rule is not None and self.confidence is not None:
             self.budget = self.budget_rule.update(self.confidence)
-        self.policy.budget = self.budget
         keep = []
         for layer_idx, layer in enumerate(self.cache.layers):
             if self.paged is None:
                 scores = self.policy.score(layer_idx, layer.keys[0])
             else:
                 scores = self.policy.keep_scores(layer_idx, self._paged_call(self.paged.action_attention, layer_idx))
-            idx = select_top_b(scores, self.budget)
+            idx = self.policy.select(scores, self.budget)
             if idx.shape[0] == 1:
                 idx = idx.expand(self.n_kv, -1)
             keep.append(idx)

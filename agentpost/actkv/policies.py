@@ -1,11 +1,16 @@
-"""KV eviction policies behind one interface: ActKV and the baselines FullKV, StreamingLLM, H2O, SnapKV, R-KV.
+"""KV eviction policies behind one interface: ActKV and the baselines FullKV, StreamingLLM, H2O, SnapKV, R-KV, key norm.
+
+Each policy is a scorer of the one KV-retention core (:class:`agentpost.kv_retention.Scorer`, context ``"actkv"``),
+a dataclass of its parameters registered in :data:`agentpost.kv_retention.SCORERS`; :data:`POLICIES` is this
+chapter's part of that registry and :func:`make_policy` looks a name up through it.
 
 One budget semantics for all (actkv.md, "Defaults"; kv-baselines.md section 6): the protected prefix is never
 evicted and not counted; ``B`` is the number of *evictable* entries each layer keeps after a compression. A
 policy only scores the evictable entries of one layer; the engine (:mod:`agentpost.actkv.engine`) decides *when*
-to compress (``compress_at``), calls :meth:`KVPolicy.score` once per layer, keeps the top-``B`` scores with
-:func:`agentpost.actkv.lrfu.select_top_b` (``+inf`` = always kept, ties keep recent entries) and tells the policy
-which entries survived (:meth:`KVPolicy.on_compact`).
+to compress (``compress_at``), calls :meth:`KVPolicy.score` once per layer, keeps entries with the one selector
+(:meth:`agentpost.kv_retention.Scorer.select`: StreamingLLM's sinks and H2O's recent window protected as the policy's
+:meth:`~agentpost.kv_retention.Scorer.protect` says, then the top-``B`` scores, ``+inf`` = always kept, ties keep
+recent entries) and tells the policy which entries survived (:meth:`KVPolicy.on_compact`).
 
 Scores are ``(G, N)`` with ``G = 1`` (one keep set shared by all KV heads) or ``G = n_kv_heads`` (per KV head).
 A policy with ``expand_kv_heads`` (SnapKV ``head_mode="query_head"``) has the engine store the cache expanded to
@@ -16,14 +21,16 @@ tokens of the *sequence* (inside the prefix, so no evictable entry is a sink), R
 over the whole cache and SnapKV's pooling over the whole sequence; each policy keeps the reading that restricts
 them to the evictable entries selectable (``sinks``, ``score_over``, ``pool_over`` = ``"evictable"``).
 The pure score functions (``*_scores``) carry the formulas of kv-baselines.md and are unit-tested on hand-built
-attention matrices. Policy state (accumulators, keep scores) lives on the CPU in float64; attention arrives on
-the model's device and is reduced there before it is copied.
+attention matrices; SnapKV's and R-KV's force their observation window with ``+inf``, as the published code keeps
+it. Policy state (accumulators, keep scores) lives on the CPU in float64; attention arrives on the model's device
+and is reduced there before it is copied.
 """
 
 from __future__ import annotations
 
 import math
 from fractions import Fraction
+from dataclasses import dataclass
 from typing import ClassVar
 
 import torch
@@ -31,8 +38,7 @@ import torch.nn.functional as F
 
 from agentpost.actkv.budget import round_half_up
 from agentpost.actkv.lrfu import ActionAccumulator, lrfu_update, nucleus_hits, reduce_heads
-from agentpost.kv_retention import knorm_scores
-from agentpost.registry import Registry
+from agentpost.kv_retention import Scorer, knorm_scores, make_scorer, register, scorers
 
 COMPRESS_AT = ("never", "round_boundary", "overflow")
 
@@ -45,19 +51,15 @@ def streaming_scores(n: int, n_sink: int = 4) -> torch.Tensor:
     return s.unsqueeze(0)
 
 
-def h2o_scores(hh: torch.Tensor, recent: int, seen: torch.Tensor | None = None) -> torch.Tensor:
-    """H2O: accumulated attention ``hh`` ``(G, N)`` with the last ``recent`` entries forced (heavy hitters +
-    recent window, FMInference/H2O ``utils_real_drop/modify_llama.py``).
+def h2o_scores(hh: torch.Tensor, seen: torch.Tensor | None = None) -> torch.Tensor:
+    """H2O's heavy-hitter score: the accumulated attention ``hh`` ``(G, N)`` (FMInference/H2O
+    ``utils_real_drop/modify_llama.py``); its recent window is protected by the selector (:meth:`H2O.protect`).
 
     ``seen`` ``(G, N)``: the number of queries that attended to each entry; given, the score is ``hh / seen``
     (kv-baselines.md ambiguity 3, ``h2o_normalise``: kvpress ``ObservedAttentionPress``,
     :math:`s_i = \\frac{1}{T-i}\\sum_{t\\ge i} A_{t,i}` for a prefill of ``T`` queries)."""
-    s = hh.to(torch.float64).clone()
-    if seen is not None:
-        s = s / seen.to(torch.float64).clamp_min(1.0)
-    if recent > 0:
-        s[:, -recent:] = math.inf
-    return s
+    s = hh.to(torch.float64)
+    return s / seen.to(torch.float64).clamp_min(1.0) if seen is not None else s.clone()
 
 
 def snapkv_scores(window_attn: torch.Tensor, window: int, kernel: int = 5, pool: str = "avg", *,
@@ -149,19 +151,18 @@ def group_pool(x: torch.Tensor, n_kv_heads: int, how: str) -> torch.Tensor:
 
 
 # ---------------------------------------------------------------------------------------------- interface
-class KVPolicy:
-    """Base class. Subclasses set ``name``, ``compress_at`` and implement :meth:`score`."""
+class KVPolicy(Scorer):
+    """Base of this chapter's scorers (context ``"actkv"``). Subclasses are dataclasses that set ``name`` and
+    ``compress_at`` and implement :meth:`score`; stateful ones also :meth:`reset`, :meth:`observe`, :meth:`on_compact`."""
 
-    name: ClassVar[str] = ""
+    context: ClassVar[str] = "actkv"
     compress_at: ClassVar[str] = "overflow"
     #: how many recent query states the engine must pass back at scoring time (SnapKV, R-KV)
-    query_window: int = 0
+    query_window: ClassVar[int] = 0
     #: re-rotate keys to in-cache positions after compaction (StreamingLLM's position shift)
-    rerotate_keys: bool = False
-    #: the budget B in force; the engine sets it before every compression (H2O sizes its recent window from it)
-    budget: int = 0
+    rerotate_keys: ClassVar[bool] = False
     #: store the cache with one copy of every KV head per query head (per-query-head selection)
-    expand_kv_heads: bool = False
+    expand_kv_heads: ClassVar[bool] = False
 
     def reset(self, n_layers: int, n_kv_heads: int, prefix_len: int) -> None:
         self.n_layers, self.n_kv_heads, self.prefix_len = n_layers, n_kv_heads, prefix_len
@@ -193,48 +194,59 @@ class KVPolicy:
         return q
 
 
+@register
+@dataclass(eq=False)
 class FullKV(KVPolicy):
-    name = "fullkv"
-    compress_at = "never"
+    name: ClassVar[str] = "fullkv"
+    compress_at: ClassVar[str] = "never"
 
     def score(self, layer, keys):  # pragma: no cover - never called
         raise RuntimeError("FullKV never compresses")
 
 
+@register
+@dataclass(eq=False)
 class StreamingLLM(KVPolicy):
-    """Attention sinks + recent window (mit-han-lab/streaming-llm ``StartRecentKVCache``).
+    """Attention sinks + recent window (mit-han-lab/streaming-llm ``StartRecentKVCache``): recency scores, the
+    sinks protected by the selector.
 
     ``sinks="sequence"`` (published): the sinks are the first ``n_sink`` tokens of the sequence, so a protected
     prefix of at least ``n_sink`` tokens already holds them and the evictable part is a pure recent window;
     ``"evictable"``: the first ``n_sink`` *evictable* entries are sinks as well."""
 
-    name = "streamingllm"
+    name: ClassVar[str] = "streamingllm"
+    n_sink: int = 4
+    rerotate_keys: bool = False
+    sinks: str = "sequence"
 
-    def __init__(self, n_sink: int = 4, rerotate_keys: bool = False, sinks: str = "sequence") -> None:
-        if sinks not in ("sequence", "evictable"):
-            raise ValueError(f"StreamingLLM sinks must be 'sequence' or 'evictable', got {sinks!r}")
-        self.n_sink, self.sinks = n_sink, sinks
-        self.rerotate_keys = rerotate_keys
+    def __post_init__(self) -> None:
+        if self.sinks not in ("sequence", "evictable"):
+            raise ValueError(f"StreamingLLM sinks must be 'sequence' or 'evictable', got {self.sinks!r}")
 
     def score(self, layer, keys):
-        n_sink = self.n_sink if self.sinks == "evictable" else max(0, self.n_sink - self.prefix_len)
-        return streaming_scores(keys.shape[1] - self.prefix_len, n_sink)
+        return streaming_scores(keys.shape[1] - self.prefix_len, 0)
+
+    def protect(self, n, budget):
+        return (self.n_sink if self.sinks == "evictable" else max(0, self.n_sink - self.prefix_len)), 0
 
 
+@register
+@dataclass(eq=False)
 class H2O(KVPolicy):
-    """Heavy hitters (accumulated attention of every query since the entry arrived) + recent window.
+    """Heavy hitters (accumulated attention of every query since the entry arrived) + a recent window of
+    ``recent_fraction``·B entries (rounded half up), protected by the selector.
 
     ``normalise`` (``h2o_normalise``): divide each entry's accumulated attention by the number of queries that
     saw it (kvpress ``ObservedAttentionPress``); the default raw sum is the official decoding-time H2O."""
 
-    name = "h2o"
+    name: ClassVar[str] = "h2o"
+    recent_fraction: float = 0.5
+    group: str = "mean"
+    normalise: bool = False
 
-    def __init__(self, recent_fraction: float = 0.5, group: str = "mean", normalise: bool = False) -> None:
-        if not 0.0 <= recent_fraction <= 1.0:
-            raise ValueError(f"recent_fraction must be in [0, 1], got {recent_fraction}")
-        self.recent_fraction = recent_fraction
-        self.group = group
-        self.normalise = normalise
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.recent_fraction <= 1.0:
+            raise ValueError(f"recent_fraction must be in [0, 1], got {self.recent_fraction}")
 
     def reset(self, n_layers, n_kv_heads, prefix_len):
         super().reset(n_layers, n_kv_heads, prefix_len)
@@ -259,16 +271,21 @@ class H2O(KVPolicy):
 
     def score(self, layer, keys):
         n = keys.shape[1] - self.prefix_len
-        recent = round_half_up(Fraction(str(self.recent_fraction)) * self.budget)  # halves up, not to even
-        return h2o_scores(self._hh[layer][:, :n], recent, self._seen[layer][:, :n] if self.normalise else None)
+        return h2o_scores(self._hh[layer][:, :n], self._seen[layer][:, :n] if self.normalise else None)
+
+    def protect(self, n, budget):
+        return 0, round_half_up(Fraction(str(self.recent_fraction)) * budget)  # halves up, not to even
 
     def on_compact(self, layer, keep):
         self._hh[layer] = torch.gather(self._hh[layer], 1, keep)
         self._seen[layer] = torch.gather(self._seen[layer], 1, keep)
 
 
+@register
+@dataclass(eq=False)
 class SnapKV(KVPolicy):
-    """Observation window of the last ``window`` queries, pooled attention, window kept.
+    """Observation window of the last ``window`` queries, pooled attention, window kept (``+inf`` from
+    :func:`snapkv_scores`).
 
     ``head_mode`` (kv-baselines.md ambiguity 1): ``kv_group_mean`` / ``kv_group_max`` pool the window attention
     over each GQA group and select per KV head (kvpress); ``query_head`` selects per query head on a cache stored
@@ -276,18 +293,27 @@ class SnapKV(KVPolicy):
     ``pool_over``: ``sequence`` (published) pools over the whole sequence, prefix included, and then takes the
     evictable part; ``evictable`` pools over the evictable entries only (zero padding at the prefix boundary)."""
 
-    name = "snapkv"
-    HEAD_MODES = ("kv_group_mean", "kv_group_max", "query_head")
+    name: ClassVar[str] = "snapkv"
+    HEAD_MODES: ClassVar[tuple[str, ...]] = ("kv_group_mean", "kv_group_max", "query_head")
+    window: int = 64
+    kernel: int = 5
+    pool: str = "avg"
+    head_mode: str = "kv_group_mean"
+    pool_over: str = "sequence"
 
-    def __init__(self, window: int = 64, kernel: int = 5, pool: str = "avg", head_mode: str = "kv_group_mean",
-                 pool_over: str = "sequence") -> None:
-        if head_mode not in self.HEAD_MODES:
-            raise ValueError(f"snap head_mode must be one of {self.HEAD_MODES}, got {head_mode!r}")
-        if pool_over not in ("sequence", "evictable"):
-            raise ValueError(f"SnapKV pool_over must be 'sequence' or 'evictable', got {pool_over!r}")
-        self.window, self.kernel, self.pool, self.head_mode, self.pool_over = window, kernel, pool, head_mode, pool_over
-        self.query_window = window
-        self.expand_kv_heads = head_mode == "query_head"
+    def __post_init__(self) -> None:
+        if self.head_mode not in self.HEAD_MODES:
+            raise ValueError(f"snap head_mode must be one of {self.HEAD_MODES}, got {self.head_mode!r}")
+        if self.pool_over not in ("sequence", "evictable"):
+            raise ValueError(f"SnapKV pool_over must be 'sequence' or 'evictable', got {self.pool_over!r}")
+
+    @property
+    def query_window(self) -> int:
+        return self.window
+
+    @property
+    def expand_kv_heads(self) -> bool:
+        return self.head_mode == "query_head"
 
     def score(self, layer, keys):
         q = self.window_queries(layer)  # (H_q, w', d), w' <= window
@@ -302,21 +328,29 @@ class SnapKV(KVPolicy):
         return snapkv_scores(attn, w, self.kernel, self.pool, protected=self.prefix_len, pool_over=self.pool_over)
 
 
+@register
+@dataclass(eq=False)
 class RKV(KVPolicy):
-    """Attention importance minus key redundancy, lambda = 0.07, window of recent queries kept.
+    """Attention importance minus key redundancy, lambda = 0.07, window of recent queries kept (``+inf`` from
+    :func:`rkv_scores`).
 
     ``score_over``: ``cache`` (published) takes the softmax, the pooling and the redundancy over the whole cache,
     prefix included, then the evictable part; ``evictable`` computes them over the evictable keys only."""
 
-    name = "rkv"
+    name: ClassVar[str] = "rkv"
+    window: int = 8
+    kernel: int = 7
+    mix_lambda: float = 0.07
+    threshold: float = 0.5
+    score_over: str = "cache"
 
-    def __init__(self, window: int = 8, kernel: int = 7, mix_lambda: float = 0.07, threshold: float = 0.5,
-                 score_over: str = "cache") -> None:
-        if score_over not in ("cache", "evictable"):
-            raise ValueError(f"R-KV score_over must be 'cache' or 'evictable', got {score_over!r}")
-        self.window, self.kernel, self.mix_lambda, self.threshold = window, kernel, mix_lambda, threshold
-        self.score_over = score_over
-        self.query_window = window
+    def __post_init__(self) -> None:
+        if self.score_over not in ("cache", "evictable"):
+            raise ValueError(f"R-KV score_over must be 'cache' or 'evictable', got {self.score_over!r}")
+
+    @property
+    def query_window(self) -> int:
+        return self.window
 
     def score(self, layer, keys):
         q = self.window_queries(layer)
@@ -326,24 +360,28 @@ class RKV(KVPolicy):
                           protected=self.prefix_len, score_over=self.score_over)
 
 
+@register
+@dataclass(eq=False)
 class KNorm(KVPolicy):
     """Key norm (kvpress ``KnormPress``, :func:`agentpost.kv_retention.knorm_scores`): each KV head keeps the
     evictable entries with the lowest key norms; query-agnostic, so it needs no attention (DeltaS's ``key_norm``)."""
 
-    name = "knorm"
+    name: ClassVar[str] = "knorm"
 
     def score(self, layer, keys):
         return knorm_scores(keys[:, self.prefix_len :])
 
 
+@register
+@dataclass(eq=False)
 class ActKV(KVPolicy):
     """Algorithm 1: action-attention LRFU, compression only at round boundaries."""
 
-    name = "actkv"
-    compress_at = "round_boundary"
-
-    def __init__(self, p: float = 0.9, decay: float = 0.5, head_reduce: str = "mean_of_max") -> None:
-        self.p, self.decay, self.head_reduce = p, decay, head_reduce
+    name: ClassVar[str] = "actkv"
+    compress_at: ClassVar[str] = "round_boundary"
+    p: float = 0.9
+    decay: float = 0.5
+    head_reduce: str = "mean_of_max"
 
     def reset(self, n_layers, n_kv_heads, prefix_len):
         super().reset(n_layers, n_kv_heads, prefix_len)
@@ -379,9 +417,10 @@ class ActKV(KVPolicy):
         self._acc[layer].permute(keep[:g])
 
 
-POLICIES = Registry("KV policy", {c.name: c for c in (FullKV, StreamingLLM, H2O, SnapKV, RKV, KNorm, ActKV)})
+#: this chapter's scorers: its part of the one registry :data:`agentpost.kv_retention.SCORERS`
+POLICIES = scorers("actkv")
 
 
 def make_policy(name: str, **kwargs) -> KVPolicy:
     """A policy by registry name (``fullkv``, ``streamingllm``, ``h2o``, ``snapkv``, ``rkv``, ``knorm``, ``actkv``)."""
-    return POLICIES.lookup(name)(**kwargs)
+    return make_scorer(name, "actkv", **kwargs)

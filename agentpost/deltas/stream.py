@@ -37,6 +37,7 @@ from tqdm.auto import tqdm
 from agentpost.deltas.hybrid import HybridForCausalLM, HybridState, LinearState
 from agentpost.deltas.retention import CacheEntries, make_policy
 from agentpost.deltas.rule import DRIFT_SOURCES, state_drift
+from agentpost.kv_retention import protected_mask
 
 AGGREGATIONS = ("mean", "max")
 #: Reference cuts every stream is scored under, besides the policies (see the module docstring).
@@ -134,14 +135,6 @@ def check_budgets(budget_fractions, prefix_tokens: int, n_sinks: int, n_recent: 
                              f"budget or the prefix, or lower n_sinks / n_recent")
 
 
-def protected_mask(entries: CacheEntries, n_sinks: int, n_recent: int) -> torch.Tensor:
-    """Entries every policy keeps (sinks and the recent window), as in :func:`agentpost.deltas.retention.select`."""
-    n = len(entries)
-    mask = entries.positions < entries.positions.min() + n_sinks
-    mask[max(0, n - n_recent):] = True
-    return mask
-
-
 @torch.no_grad()
 def stream_budget_rows(model: HybridForCausalLM, tokens: torch.Tensor, prefix_tokens: int, chunk_tokens: int,
                        budget_fractions, policies, *, n_sinks: int, n_recent: int, buckets: int = 4,
@@ -161,7 +154,7 @@ def stream_budget_rows(model: HybridForCausalLM, tokens: torch.Tensor, prefix_to
     _, mass = continuation_nll(model, record.state, continuation, record_attention=True)
     entries = CacheEntries(record.entries.positions, record.entries.chunk_ids, record.entries.drift,
                            record.entries.key_norm, attention=mass)
-    protected = protected_mask(entries, n_sinks, n_recent)
+    protected = protected_mask(len(entries), n_sinks, n_recent)  # what every policy keeps
     reference_keeps = {"sinks_recent": torch.nonzero(protected).flatten(), "no_kv": torch.zeros(0, dtype=torch.long)}
     nll_rows = [{"budget_frac": float("nan"), "policy": "full", "kept": len(entries), "nll": float(full_nll.mean())}]
     for name, keep in reference_keeps.items():

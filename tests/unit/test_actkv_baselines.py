@@ -38,11 +38,13 @@ def test_streamingllm_sinks_are_the_first_tokens_of_the_sequence():
     published, evictable = StreamingLLM(), StreamingLLM(sinks="evictable")
     for pol in (published, evictable):
         pol.reset(n_layers=1, n_kv_heads=1, prefix_len=4)
-    assert select_top_b(published.score(0, keys), 6).tolist() == [[9, 10, 11, 12, 13, 14]]
-    assert select_top_b(evictable.score(0, keys), 6).tolist() == [[0, 1, 2, 3, 13, 14]]
+    assert published.select(published.score(0, keys), 6).tolist() == [[9, 10, 11, 12, 13, 14]]
+    assert evictable.select(evictable.score(0, keys), 6).tolist() == [[0, 1, 2, 3, 13, 14]]
+    # a budget below the sinks keeps the first sinks (the selector's rule: sinks first, then the newest)
+    assert evictable.select(evictable.score(0, keys), 3).tolist() == [[0, 1, 2]]
     short = StreamingLLM()
     short.reset(n_layers=1, n_kv_heads=1, prefix_len=1)  # a 1-token prefix holds 1 sink; 3 remain evictable
-    assert select_top_b(short.score(0, torch.zeros(1, 1 + 15, 2)), 6).tolist() == [[0, 1, 2, 12, 13, 14]]
+    assert short.select(short.score(0, torch.zeros(1, 1 + 15, 2)), 6).tolist() == [[0, 1, 2, 12, 13, 14]]
     with pytest.raises(ValueError, match="sinks"):
         StreamingLLM(sinks="prefix")
 
@@ -84,9 +86,10 @@ def test_h2o_accumulation_worked_example():
         attn = torch.tensor(row, dtype=torch.float64).view(1, 1, -1)
         pol.observe(0, attn, torch.zeros(1, 1, 2), torch.tensor([False]), False, 1.0)
     assert pol._hh[0][0].tolist() == pytest.approx([0.8, 1.4, 0.6, 0.2])
-    pol.budget = 2  # hh_size = 1, recent_size = 1
+    assert pol.protect(4, 2) == (0, 1)  # B = 2: hh_size = 1, recent_size = 1
     s = pol.score(0, torch.zeros(1, 4, 2))
-    assert select_top_b(s, 2).tolist() == [[1, 3]]
+    assert s[0].tolist() == pytest.approx([0.8, 1.4, 0.6, 0.2])  # the recent window is the selector's, not a score
+    assert pol.select(s, 2).tolist() == [[1, 3]]
 
 
 def test_h2o_normalised_accumulator_on_hand_built_attention():
@@ -97,11 +100,11 @@ def test_h2o_normalised_accumulator_on_hand_built_attention():
         for row in ([0.5, 0.5], [0.2, 0.3, 0.5], [0.1, 0.6, 0.1, 0.2]):
             pol.observe(0, torch.tensor(row, dtype=torch.float64).view(1, 1, -1), torch.zeros(1, 1, 2),
                         torch.tensor([False]), False, 1.0)
-        pol.budget = 3  # recent 1, two heavy hitters
     s = norm.score(0, torch.zeros(1, 4, 2))
     assert s[0, :3].tolist() == pytest.approx([0.8 / 3, 1.4 / 3, 0.6 / 2])
-    assert select_top_b(raw.score(0, torch.zeros(1, 4, 2)), 3).tolist() == [[0, 1, 3]]
-    assert select_top_b(s, 3).tolist() == [[1, 2, 3]]
+    assert raw.protect(4, 3) == norm.protect(4, 3) == (0, 1)  # B = 3: recent 1, two heavy hitters
+    assert raw.select(raw.score(0, torch.zeros(1, 4, 2)), 3).tolist() == [[0, 1, 3]]
+    assert norm.select(s, 3).tolist() == [[1, 2, 3]]
     # one prefill chunk: kvpress ObservedAttentionPress s_i = sum_{t >= i} A_ti / (T - i), T = 3
     attn = torch.tensor([[[1.0, 0, 0], [0.5, 0.5, 0], [0.2, 0.3, 0.5]]], dtype=torch.float64)
     pre = H2O(recent_fraction=0.0, normalise=True)
@@ -188,5 +191,7 @@ def test_actkv_policy_only_action_rows_score():
 def test_registry():
     assert set(POLICIES) == {"fullkv", "streamingllm", "h2o", "snapkv", "rkv", "knorm", "actkv"}
     assert make_policy("snapkv", window=8).window == 8
-    with pytest.raises(ValueError, match="unknown KV policy"):
+    with pytest.raises(ValueError, match="unknown KV retention scorer"):
         make_policy("quest")
+    with pytest.raises(ValueError, match="not actkv"):
+        make_policy("drift")

@@ -3,7 +3,8 @@
 import pytest
 import torch
 
-from agentpost.deltas.retention import CacheEntries, DriftRetention, make_policy, select
+from agentpost.deltas.retention import CacheEntries, DriftRetention, make_policy
+from agentpost.kv_retention import select
 
 
 def _entries(drift_per_chunk, tokens_per_chunk=2, key_norm=None):
@@ -33,7 +34,7 @@ def test_buckets_spread_the_quota_over_time_then_top_up():
 def test_the_quota_left_after_equal_bucket_shares_goes_to_the_global_top():
     # 3 buckets over middle chunk ids 1..3 (one chunk, 2 tokens each); quota 5 -> 1 per bucket, then 2 top-up.
     e = _entries([0.0, 0.9, 0.5, 0.1, 0.0])
-    keep = select(e, 9, e.drift, n_sinks=2, n_recent=2, buckets=3)
+    keep = select(e.drift, 9, n_sinks=2, n_recent=2, bucket_ids=e.chunk_ids, buckets=3)
     # per bucket the later token of each chunk wins the tie (positions 3, 5, 7); top-up: 2 (0.9), 4 (0.5)
     assert keep.tolist() == [0, 1, 2, 3, 4, 5, 7, 8, 9]
 
@@ -59,8 +60,10 @@ def test_alternative_policies_on_the_same_entries():
     assert torch.equal(r1, r2) and r1.numel() == 8
     with pytest.raises(ValueError, match="attention"):
         make_policy("attention").keep(e, 8)
-    with pytest.raises(ValueError, match="unknown retention policy"):
+    with pytest.raises(ValueError, match="not deltas"):
         make_policy("h2o")
+    with pytest.raises(ValueError, match="unknown KV retention scorer"):
+        make_policy("quest")
 
 
 def test_a_stream_within_budget_keeps_everything():
