@@ -179,7 +179,7 @@ def _lost(spec: RunSpec, why: str):
     """A run that produced nothing (its process died, its retries spent, or it was stopped): failed, no folder."""
     from agentpost.run.execute import RunResult
 
-    return RunResult(spec, "failed", "-", 0.0, why)
+    return RunResult(spec, "failed", "", 0.0, why)
 
 
 def _import(module: str, extra: str):

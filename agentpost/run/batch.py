@@ -169,7 +169,7 @@ def _run_locked(specs: list[RunSpec], jobs: int, chosen: Backend, force: bool, s
 def summary_table(results: list[RunResult]) -> str:
     rows = [("chapter", "profile", "kind", "seed", "status", "wall s", "metrics", "run")]
     for r in results:
-        rows.append((r.spec.chapter, r.spec.profile, r.spec.kind, str(r.spec.seed), r.status, f"{r.wall_s:.1f}", str(r.metrics), r.run_dir))
+        rows.append((r.spec.chapter, r.spec.profile, r.spec.kind, str(r.spec.seed), r.status, f"{r.wall_s:.1f}", str(r.metrics), r.run_dir or "-"))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))

@@ -46,7 +46,7 @@ from agentpost.run.params import RunSpec
 class RunResult:
     spec: RunSpec
     status: str  # "ok" | "failed" | "cached"
-    run_dir: str  # repository-relative
+    run_dir: str  # repository-relative; "" when the run produced no folder
     wall_s: float
     error: str | None = None
     metrics: int = 0

@@ -136,7 +136,7 @@ def ray_runs(ray_cluster):
         results = run_batch(specs, backend=RayBackend())
     finally:
         killer.stop.set()
-    reports = {r.spec.seed: check_run(ray_cluster / r.run_dir) for r in results if r.run_dir != "-"}
+    reports = {r.spec.seed: check_run(ray_cluster / r.run_dir) for r in results if r.run_dir}
     return results, reports, killer
 
 

@@ -101,3 +101,18 @@ def test_seed_messages_are_short_and_name_the_culprit():
     for bad in ("٤٣", "4_3", "+44", " 1e3"):
         with pytest.raises(UsageError, match="seeds must be integers"):
             parse_seeds(bad, None, "--seeds")
+
+
+def test_a_run_lost_before_it_made_a_folder_is_failed_not_an_invalid_folder():
+    """A run whose process died before writing anything has no folder: the summary shows "-", and the closing list
+    of invalid runs does not validate the checkout's root in its place."""
+    from agentpost.cli import _invalid_runs
+    from agentpost.run.backends import _lost
+    from agentpost.run.batch import summary_table
+    from agentpost.run.params import RunSpec
+
+    lost = _lost(RunSpec("kite", "smoke", 42, {}), "worker died")
+    assert lost.status == "failed" and lost.run_dir == ""
+    assert _invalid_runs([lost]) == []
+    row, failed = summary_table([lost]).splitlines()[2:]
+    assert row.split()[-1] == "-" and failed == "FAILED kite seed 42: worker died"
