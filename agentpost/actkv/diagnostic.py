@@ -244,13 +244,10 @@ def load_diagnostic_model(name: str = "tool-lm", *, device: str = "cpu", dtype: 
         except FileNotFoundError as err:
             raise RuntimeError(str(err)) from err
         return model.to(device), tok, f"tool-lm@{DEFAULT_DIR.name}"
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from agentpost.models.hub import load_hub_model
 
-    from agentpost.models.hub import require_hub_model
-
-    path = require_hub_model(name)  # HubModelUnavailable (a RuntimeError) saying what to do where weights are missing
-    tok = AutoTokenizer.from_pretrained(path)
-    model = AutoModelForCausalLM.from_pretrained(path, attn_implementation="eager", dtype=torch_dtype)
+    # HubModelUnavailable (a RuntimeError) says what to do where the weights are missing
+    tok, model = load_hub_model(name, dtype=torch_dtype, attn_implementation="eager")
     return model.to(device).eval(), tok, name
 
 

@@ -51,16 +51,18 @@ def require_hub_model(name: str) -> Path:
     return path
 
 
-def load_hub_model(name: str, *, dtype: str = "auto", device_map: str | None = None):
-    """(tokenizer, causal LM) for hub id or local folder ``name``; offline mode only looks in the local cache."""
+def load_hub_model(name: str, *, dtype="auto", device_map: str | None = None, attn_implementation: str | None = None):
+    """(tokenizer, causal LM) for hub id or local folder ``name``; offline mode only looks in the local cache.
+    ``dtype``: a torch dtype or its name; ``attn_implementation``: e.g. ``"eager"`` where attention weights are read."""
     _check_name(name)
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     local_only = hub_offline()
+    extra = {"attn_implementation": attn_implementation} if attn_implementation else {}
     try:
         tok = AutoTokenizer.from_pretrained(name, local_files_only=local_only)
         model = AutoModelForCausalLM.from_pretrained(name, dtype=dtype, device_map=device_map,
-                                                     local_files_only=local_only)
+                                                     local_files_only=local_only, **extra)
     except (OSError, ValueError) as err:
         raise _unavailable(name, err) from err
     return tok, model
