@@ -319,19 +319,19 @@ def pack(out: Path, runs: list[Path], bundle: bool) -> list[Path]:
 
 def evidence_verdicts(folder: Path) -> list[str]:
     """Whether the runs under ``folder`` count as GPU evidence, one line per (chapter, profile) and kind of run:
-    the GPU-evidence rules (:func:`agentpost.evidence.validate.gpu_evidence_problems`) applied to the newest
-    configuration, ad-hoc runs (a dry run's, made with overrides) included, which ``agentpost validate`` leaves out
+    the GPU-evidence rules (:func:`agentpost.evidence.validate.gpu_evidence_problems`) applied to the counted
+    configuration (:func:`agentpost.evidence.levels.configurations`), ad-hoc runs (a dry run's, made with overrides) included, which ``agentpost validate`` leaves out
     because they never count."""
     from agentpost.evidence import receipt as rc
-    from agentpost.evidence.levels import group_runs, newest_configuration
+    from agentpost.evidence.levels import counted_configuration, group_runs
     from agentpost.evidence.validate import check_run, gpu_evidence_problems
 
     profile, adhoc = group_runs([check_run(d) for d in rc.run_dirs(folder)])
     lines = []
     for label, groups in (("", profile), (" (ad-hoc)", adhoc)):
         for (chapter, name), runs in sorted(groups.items()):
-            newest = newest_configuration(runs)
-            reasons = gpu_evidence_problems([r.receipt for r in newest]) if newest else ["no valid run"]
+            counted = counted_configuration(runs)
+            reasons = gpu_evidence_problems([r.receipt for r in counted]) if counted else ["no valid run"]
             lines.append(f"GPU evidence {chapter}/{name}{label}: "
                          + ("yes" if not reasons else "no: " + "; ".join(reasons)))
     return lines
