@@ -32,6 +32,7 @@ QUICK = {
     "graft_graph_cost.py": ["--sizes", "4,8", "--repeats", "3"],
     "kite_latency.py": ["--prompts", "64", "256", "--d-model", "64", "--repeats", "3", "--decode-tokens", "4"],
     "muser_compression.py": ["--lengths", "256", "1024", "--batch", "2", "--repeats", "3"],
+    "muser_retrieval.py": ["--epochs", "1", "--synthetic-items", "20000", "--ef-search", "16", "64", "--candidates", "50"],
     "toolsearcher_variants.py": ["--steps", "3"],
     "walkthroughs.py": ["--repeats", "5"],
 }
