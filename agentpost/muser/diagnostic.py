@@ -6,7 +6,8 @@ epochs, optimiser and negatives:
 ``recent_single`` recent window only, one interest, ID items -> ``multi`` M interests -> ``compression`` the
 long history compressed -> ``semantic`` MiniLM text fused into items -> ``ortho`` orthogonality penalty ->
 ``full`` + ID-semantic alignment loss and the serving form (cacheable long / short split with a learned gate).
-References: ``sasrec`` (SASRec-style, raw window, ID only) and ``popularity`` (training counts);
+References: ``sasrec`` (SASRec-style, raw window, ID only), ``comirec`` (ComiRec-SA-style multi-interest extractor,
+raw window, ID only, M interests, best-interest score) and ``popularity`` (training counts);
 ``uncompressed`` (= ``compression`` with strides 1/1/1) is available for the compressed-vs-raw question, and
 ``semantic_year`` (= ``semantic`` with the release year as the only item text) controls for recency.
 """
@@ -22,8 +23,8 @@ from tqdm.auto import tqdm
 from agentpost.muser.model import MuSeRConfig
 from agentpost.muser.train import TrainConfig, evaluate, popularity_metrics, train_model
 
-ARMS = ("recent_single", "multi", "compression", "semantic", "ortho", "full", "sasrec", "popularity", "uncompressed",
-        "semantic_year")
+ARMS = ("recent_single", "multi", "compression", "semantic", "ortho", "full", "sasrec", "comirec", "popularity",
+        "uncompressed", "semantic_year")
 #: Item text each text-fused arm embeds (:func:`item_texts`). ``semantic_year`` is the ``semantic`` arm with the
 #: release year as its only text: a recency control (does the text help beyond telling the model how new a movie is?).
 TEXT_MODE = {"semantic": "full", "ortho": "full", "full": "full", "semantic_year": "year"}
@@ -41,6 +42,9 @@ def arm_config(arm: str, base: MuSeRConfig, *, num_interests: int, ortho_lambda:
     if arm == "sasrec":
         return replace(base, kind="sasrec", num_interests=1, use_long=True, semantic=False, ortho_lambda=0.0,
                        align_weight=0.0, split_serving=False)
+    if arm == "comirec":
+        return replace(base, kind="comirec_sa", num_interests=num_interests, use_long=True, semantic=False,
+                       ortho_lambda=0.0, align_weight=0.0, split_serving=False)
     if arm == "uncompressed":
         return replace(base, use_long=True, num_interests=num_interests, strides=(1, 1, 1))
     steps = ARMS.index("semantic" if arm == "semantic_year" else arm)

@@ -1,6 +1,7 @@
-"""The MuSeR user model (compression -> light Transformer -> multi-query interests) and item encoder, plus a
-SASRec-style reference (Kang & McAuley 2018: causal self-attention over the raw sequence, last-position readout,
-dot-product score), written here.
+"""The MuSeR user model (compression -> light Transformer -> multi-query interests) and item encoder, plus two
+references written here: SASRec-style (Kang & McAuley 2018: causal self-attention over the raw sequence,
+last-position readout, dot-product score) and ComiRec-SA-style (Cen et al., KDD 2020, the self-attentive
+multi-interest extractor, :class:`ComiRecSA`).
 
 Items (muser.md section 4; fusion and alignment are unknown in the paper): e_i = normalize(E_id[i] + W_sem s_i),
 where s_i is the all-MiniLM-L6-v2 embedding of the movie's title, year and genres (frozen). This is **not** the
@@ -22,7 +23,9 @@ import torch.nn.functional as F
 
 from agentpost.muser.compression import POOLS, RECENT, compress, segment_ids
 from agentpost.muser.interests import (INTEREST_AGGREGATIONS, ORTHO_FORMS, adaptive_score, interest_cosines,
-                                       multi_query_interests)
+                                       masked_softmax, multi_query_interests)
+
+KINDS = ("muser", "sasrec", "comirec_sa")
 
 
 @dataclass(frozen=True)
@@ -48,11 +51,11 @@ class MuSeRConfig:
     semantic: bool = False           # fuse MiniLM text semantics into item vectors
     align_weight: float = 0.0        # weight of the ID-semantic InfoNCE alignment loss
     split_serving: bool = False      # long / short encoded separately and fused by a gate (cacheable)
-    kind: str = "muser"              # muser or sasrec
+    kind: str = "muser"              # muser, sasrec or comirec_sa
 
     def __post_init__(self):
-        if self.kind not in ("muser", "sasrec"):
-            raise ValueError(f"kind must be 'muser' or 'sasrec', got {self.kind!r}")
+        if self.kind not in KINDS:
+            raise ValueError(f"kind must be one of {KINDS}, got {self.kind!r}")
         if (self.pool not in POOLS or self.interest_agg not in INTEREST_AGGREGATIONS
                 or self.ortho_form not in ORTHO_FORMS):
             raise ValueError(f"bad pool / interest_agg / ortho_form: {self.pool!r}, {self.interest_agg!r}, "
@@ -203,5 +206,52 @@ class SASRec(nn.Module):
         return torch.einsum("bmd,bnd->bn", u, items)
 
 
+class ComiRecSA(nn.Module):
+    """ComiRec-SA-style multi-interest reference (Cen et al., KDD 2020, section 3.3, self-attentive method; the
+    authors' ``Model_ComiRec_SA`` in THUDM/ComiRec ``src/model.py``, read for reference): over the raw window,
+    ``A = softmax_positions(W_2 tanh(W_1 (E + P)))`` with ``W_1`` d -> 4d and ``W_2`` 4d -> M (padding masked),
+    interests ``U = A^T E`` (the item embeddings without positions). No encoder, no compression.
+
+    Scoring: an item's score is its best interest's, ``max_m cos(u_m, e_i) / tau`` -- how ComiRec ranks at serving
+    (each interest retrieves, the aggregation module merges by score; its diversity term is off here). Training uses
+    this chapter's next-K objective on that score (for the positive, the max picks ComiRec's "hard readout" interest;
+    ComiRec scores negatives with the positive's interest and a sampled softmax), with the same ID item table,
+    embedding size, epochs and negatives as every other arm."""
+
+    def __init__(self, cfg: MuSeRConfig, semantic=None):
+        super().__init__()
+        if cfg.kind != "comirec_sa":
+            raise ValueError("ComiRecSA needs kind='comirec_sa'")
+        self.cfg = cfg
+        self.window = cfg.max_len
+        self.items = ItemEncoder(cfg.n_items, cfg.dim, None)
+        self.pos = nn.Parameter(torch.randn(cfg.max_len, cfg.dim) * 0.02)
+        self.w1 = nn.Linear(cfg.dim, 4 * cfg.dim)
+        self.w2 = nn.Linear(4 * cfg.dim, cfg.num_interests)
+
+    def attention(self, hist: torch.Tensor) -> torch.Tensor:
+        """A (B, M, window): each interest's weights over the window's positions (0 on padding)."""
+        e = self.items(hist)
+        logits = self.w2(torch.tanh(self.w1(e + self.pos))).transpose(1, 2)
+        valid = hist > 0
+        safe = valid.clone()
+        safe[~valid.any(1), -1] = True             # an empty window keeps one entry (its item vector is zero)
+        return masked_softmax(logits, safe[:, None, :].expand_as(logits))
+
+    def forward(self, hist: torch.Tensor) -> torch.Tensor:
+        """Interests U (B, M, d) of histories ``hist`` (B, window)."""
+        if hist.shape[1] != self.window:
+            raise ValueError(f"history window must have {self.window} positions, got {hist.shape[1]}")
+        return self.attention(hist) @ self.items(hist)
+
+    def score(self, u: torch.Tensor, items: torch.Tensor) -> torch.Tensor:
+        return adaptive_score(interest_cosines(u, items), self.cfg.tau, "max")
+
+
 def build_model(cfg: MuSeRConfig, semantic=None) -> nn.Module:
-    return SASRec(cfg) if cfg.kind == "sasrec" else MuSeR(cfg, semantic)
+    """The user tower of ``cfg.kind`` (text semantics only for MuSeR arms)."""
+    if cfg.kind == "sasrec":
+        return SASRec(cfg)
+    if cfg.kind == "comirec_sa":
+        return ComiRecSA(cfg)
+    return MuSeR(cfg, semantic)

@@ -10,7 +10,7 @@ import torch
 from agentpost.data.movietweetings import (EvalCase, Movie, leave_last_out,
                                            load_interactions, time_split)
 from agentpost.muser.diagnostic import ARMS, arm_config, item_texts
-from agentpost.muser.model import MuSeR, MuSeRConfig, SASRec
+from agentpost.muser.model import ComiRecSA, MuSeR, MuSeRConfig, SASRec, build_model
 from agentpost.muser.serving import build_replay, cached_scores, policy_lengths, refresh_lengths, replay_policy
 from agentpost.muser.train import TrainConfig, batch_loss, evaluate, history_windows, prefixes, train_model
 
@@ -96,6 +96,7 @@ def test_arms_are_cumulative_and_the_full_model_is_cacheable():
     assert cfgs["ortho"].ortho_lambda == 0.1 and cfgs["ortho"].align_weight == 0
     assert cfgs["full"].align_weight == 0.1 and cfgs["full"].split_serving
     assert cfgs["uncompressed"].strides == (1, 1, 1) and cfgs["sasrec"].kind == "sasrec"
+    assert (cfgs["comirec"].kind, cfgs["comirec"].num_interests, cfgs["comirec"].semantic) == ("comirec_sa", 6, False)
     assert len({c.dim for c in cfgs.values() if c}) == 1
     with pytest.raises(ValueError, match="semantic"):
         _cfg(align_weight=0.1)
@@ -116,6 +117,48 @@ def test_training_step_reduces_loss_and_sasrec_is_causal():
     h = torch.tensor([[0, 0, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8]])
     assert sas(h).shape == (1, 1, 8) and torch.isfinite(sas(h)).all()
     assert prefixes([np.array([1, 2, 3]), np.array([4])])[1].tolist() == [1, 2]
+
+
+def test_comirec_sa_interests_by_hand():
+    """Window of 3 with one padding slot; W_2 = 0 except interest 1 reads tanh(W_1 x)[0] = tanh(x_0) with gain 2."""
+    cfg = _cfg(kind="comirec_sa", max_len=3, recent_len=1, num_interests=2, dim=2, heads=1)
+    m = build_model(cfg)
+    assert isinstance(m, ComiRecSA)
+    with torch.no_grad():
+        m.items.id_emb.weight[1:4] = torch.tensor([[3.0, 4.0], [1.0, 0.0], [0.0, 2.0]])   # unit rows after normalising
+        m.pos.zero_()
+        for layer in (m.w1, m.w2):
+            layer.weight.zero_()
+            layer.bias.zero_()
+        m.w1.weight[0, 0] = 1.0                                                           # hidden_0 = x_0
+        m.w2.weight[1, 0] = 2.0                                                           # logit_1 = 2 tanh(x_0)
+    hist = torch.tensor([[0, 1, 2]])              # items (0.6, 0.8) and (1, 0) after normalisation; slot 0 padding
+    a = m.attention(hist)
+    # interest 0: uniform over the two items; interest 1: softmax(2 tanh 0.6, 2 tanh 1.0) = softmax(1.0740, 1.5232)
+    w = torch.softmax(torch.tensor([2 * np.tanh(0.6), 2 * np.tanh(1.0)]), 0)
+    assert a[0, :, 0].tolist() == [0.0, 0.0]
+    assert a[0, 0, 1:].tolist() == pytest.approx([0.5, 0.5]) and a[0, 1, 1:].tolist() == pytest.approx(w.tolist())
+    u = m(hist).detach()
+    assert u[0, 0].tolist() == pytest.approx([0.8, 0.4])
+    assert u[0, 1].tolist() == pytest.approx((w[0] * torch.tensor([0.6, 0.8]) + w[1] * torch.tensor([1.0, 0.0])).tolist())
+    # an item's score is its best interest's cosine / tau
+    e = m.items(torch.tensor([3]))                 # (0, 1)
+    cos = [float(u[0, k, 1] / u[0, k].norm()) for k in range(2)]
+    assert m.score(u, e).item() == pytest.approx(max(cos) / cfg.tau, rel=1e-5)
+
+
+def test_comirec_sa_ignores_padding_and_trains():
+    torch.manual_seed(0)
+    m = ComiRecSA(_cfg(kind="comirec_sa")).eval()
+    hist = torch.tensor([[0] * 7 + [5, 6, 7, 8, 9]])
+    with torch.no_grad():
+        m.items.id_emb.weight[0] = 5.0
+    assert torch.allclose(m(torch.cat([hist, torch.arange(1, 13)[None]]))[0], m(hist)[0], atol=1e-6)
+    assert torch.isfinite(m(torch.zeros(1, 12, dtype=torch.long))).all()          # an empty window stays finite
+    seqs = [((np.arange(8) + s) % 30) + 1 for s in range(30)]
+    _, hist_log, *_ = train_model(_cfg(kind="comirec_sa"), TrainConfig(epochs=10, batch_size=64, n_sampled=8), seqs, 0,
+                                  progress=False)
+    assert hist_log[-1]["next_k"] < hist_log[0]["next_k"]
 
 
 def test_full_negatives_and_in_batch_collisions_are_masked():
