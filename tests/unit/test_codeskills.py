@@ -124,6 +124,54 @@ def test_freeze_lava_is_one_three_key_command_then_the_way_is_open():
     assert (out.steps, bot.success) == (13, True)
 
 
+def test_boulder_glyph_matches_nle_and_a_boulder_is_neither_floor_nor_an_item():
+    from agentpost.codeskills.bot import BOULDER_GLYPH
+
+    bot = fresh(maps.RIVER)
+    (bx, by), = bot.boulders
+    assert chr(int(bot.chars[by, bx])) == "`" and int(bot.glyphs[by, bx]) == BOULDER_GLYPH
+    assert not bot.walkable[by, bx] and (bx, by) not in bot.objects
+
+
+def test_push_boulder_is_one_move_and_two_pushes_then_the_river_is_crossed():
+    """maps.RIVER: 1 move southeast + 2 pushes east fill the water square (NetHack: 'Now you can cross it!')."""
+    bot = fresh(maps.RIVER)
+    (bx, by), = bot.boulders
+    filled = (bx + 2, by)
+    assert filled in bot.water and bot.path_to(bot.stairs or [(bx + 4, by)]) is None
+    out = decide(bot, "push_boulder")
+    assert (out.steps, out.result) == (3, "done") and "cross it" in bot.message
+    assert filled not in bot.water and bot.pos == (bx + 1, by) and not bot.boulders
+    walked = decide(bot, "explore_room").steps  # onto the filled square, whence the stairs come into view
+    walked += decide(bot, "goto_stairs").steps
+    assert (walked, bot.success) == (3, True)  # x = 4 -> 7
+
+
+def test_push_boulder_crosses_minihack_river_narrow():
+    """The real two-wide River-Narrow task (instance 420000): the scripted skill policy pushes one boulder into each
+    water column of one row and walks over them to the stairs; without push_boulder it cannot cross."""
+    env = make_env("MiniHack-River-Narrow-v0")
+    res = run_episode(env, ScriptedController(), action_space("skill"), Budgets(), env_seed=420000,
+                      rng=np.random.default_rng(0), keep_trace=True)
+    pushes = [t["outcome"].result for t in res.trace if t["choice"].action == "push_boulder"]
+    assert res.success and pushes == ["done", "done"]
+    without = [s for s in action_space("skill").skills if s != "push_boulder"]
+    from agentpost.codeskills.runtime import ActionSpace
+
+    res = run_episode(env, ScriptedController(), ActionSpace(skills=without), Budgets(), env_seed=420000,
+                      rng=np.random.default_rng(0))
+    assert not res.success
+
+
+def test_task_instructions_are_per_task_family_and_reach_the_prompt():
+    from agentpost.codeskills.controllers import task_instruction
+
+    assert "boulders" in task_instruction("MiniHack-River-Narrow-v0") == task_instruction("River-v0")
+    assert "wand" in task_instruction("Quest-Easy-v0") and task_instruction("MiniHack-Sokoban1a-v0") == ""
+    text = render_prompt(fresh(maps.STAIRS_AHEAD), action_space("skill"), [], task="River-Narrow-v0")
+    assert "Task: River-Narrow-v0 - The staircase lies across a river" in text
+
+
 def test_fight_kills_an_adjacent_newt_within_its_swing_cap():
     bot = fresh(maps.NEWT)
     assert len(bot.monsters) == 1
