@@ -53,6 +53,10 @@ class Bot:
     primitive decision (CodeHack's ``@strategy`` counter, spec ambiguity 1, ``budget_counts="all_calls"``).
     """
 
+    #: Parsed views of one observation, dropped whenever a new one arrives.
+    CACHED = ("chars", "glyphs", "message", "walkable", "frontier", "monsters", "objects", "stairs", "lava", "water",
+              "boulders", "inventory", "tree", "distances", "cmap_grid")
+
     def __init__(self, env, obs: dict):
         self.env = env
         self._actions = {name: i for i, name in enumerate(PRIMITIVE_KEYS)}
@@ -90,8 +94,7 @@ class Bot:
 
     def _set(self, obs: dict) -> None:
         self.obs = obs
-        for attr in ("chars", "glyphs", "message", "walkable", "frontier", "monsters", "objects", "stairs",
-                     "lava", "water", "boulders", "inventory", "tree", "distances", "cmap_grid"):
+        for attr in self.CACHED:
             self.__dict__.pop(attr, None)
         if not self.done:
             self.visited.add(self.pos)
@@ -239,6 +242,23 @@ class Bot:
         for x, y, name in self.blocked:
             moves[name][y, x] = False
         return moves
+
+    def can_move(self, name: str, walk: np.ndarray | None = None) -> bool:
+        """Whether the compass move ``name`` from the hero's cell is legal: :meth:`legal_moves` at one cell."""
+        walk = self.walkable if walk is None else walk
+        (dx, dy), (x, y) = DIRECTIONS[name], self.pos
+        h, w = walk.shape
+        tx, ty = x + dx, y + dy
+        if not (0 <= tx < w and 0 <= ty < h) or not walk[ty, tx] or (x, y, name) in self.blocked:
+            return False
+        if dx and dy:
+            def door(cx, cy):
+                t = int(self.terrain[cy, cx])
+                return 0 <= t < 100 and bool(_DOOR_LUT[t])
+
+            if door(x, y) or door(tx, ty) or not (walk[y, tx] or walk[ty, x]):
+                return False
+        return True
 
     @cached_property
     def tree(self) -> dict:
