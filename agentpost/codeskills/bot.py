@@ -21,8 +21,12 @@ GLYPH_PET_OFF, GLYPH_INVIS_OFF, GLYPH_DETECT_OFF, GLYPH_BODY_OFF = 381, 762, 763
 GLYPH_RIDDEN_OFF, GLYPH_OBJ_OFF, GLYPH_CMAP_OFF, GLYPH_EXPLODE_OFF = 1525, 1906, 2359, 2446
 
 # cmap indices (defsym.h): 0 stone, 12 doorless doorway, 13/14 open doors, 15/16 closed doors, 19 floor,
-# 20 dark floor, 21/22 corridors, 23/24 stairs up/down, 25/26 ladders, 27-31 furniture, 32 water, 33 ice, 34 lava.
-S_STONE, S_NDOOR, S_DNSTAIR, S_POOL, S_LAVA = 0, 12, 24, 32, 34
+# 20 dark floor, 21/22 corridors, 23/24 stairs up/down, 25/26 ladders, 27-31 furniture, 32 pool/moat, 33 ice,
+# 34 lava, 41 water (the des-map 'W' of MiniHack's River tasks).
+S_STONE, S_NDOOR, S_ROOM, S_DNSTAIR, S_POOL, S_LAVA, S_WATER = 0, 12, 19, 24, 32, 34, 41
+WATER_CMAP = frozenset({S_POOL, S_WATER})
+#: The boulder's glyph (object 447 in NetHack 3.6's objects.c order, shown as '`'; checked in the unit tests).
+BOULDER_GLYPH = 1906 + 447
 DOORS = frozenset({13, 14, 15, 16})
 CLOSED_DOORS = frozenset({15, 16})
 WALKABLE_CMAP = frozenset({12, 13, 14, 15, 16, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 33})
@@ -32,6 +36,7 @@ _WALK_LUT = np.zeros(MAX_GLYPH + 1, dtype=bool)
 _WALK_LUT[[GLYPH_CMAP_OFF + c for c in WALKABLE_CMAP]] = True
 _WALK_LUT[GLYPH_BODY_OFF:GLYPH_RIDDEN_OFF] = True  # corpses lie on the floor
 _WALK_LUT[GLYPH_OBJ_OFF:GLYPH_CMAP_OFF] = True  # objects lie on the floor
+_WALK_LUT[BOULDER_GLYPH] = False  # except a boulder: walking into it pushes it (push_boulder does that on purpose)
 _WALK_LUT[GLYPH_PET_OFF:GLYPH_INVIS_OFF] = True  # pets swap places with the hero
 _DOOR_LUT = np.zeros(100, dtype=bool)
 _DOOR_LUT[list(DOORS)] = True
@@ -47,6 +52,10 @@ class Bot:
     skill issues is counted in :attr:`steps`. :attr:`calls` counts every skill call (nested ones too) and every
     primitive decision (CodeHack's ``@strategy`` counter, spec ambiguity 1, ``budget_counts="all_calls"``).
     """
+
+    #: Parsed views of one observation, dropped whenever a new one arrives.
+    CACHED = ("chars", "glyphs", "message", "walkable", "frontier", "monsters", "objects", "stairs", "lava", "water",
+              "boulders", "inventory", "tree", "distances", "cmap_grid")
 
     def __init__(self, env, obs: dict):
         self.env = env
@@ -85,8 +94,7 @@ class Bot:
 
     def _set(self, obs: dict) -> None:
         self.obs = obs
-        for attr in ("chars", "glyphs", "message", "walkable", "frontier", "monsters", "objects", "stairs",
-                     "lava", "inventory", "tree", "cmap_grid"):
+        for attr in self.CACHED:
             self.__dict__.pop(attr, None)
         if not self.done:
             self.visited.add(self.pos)
@@ -164,8 +172,10 @@ class Bot:
 
     @cached_property
     def objects(self) -> list[tuple[int, int]]:
+        """(x, y) of visible objects that can be picked up (boulders cannot)."""
         g = self.glyphs
-        ys, xs = np.nonzero(((g >= GLYPH_OBJ_OFF) & (g < GLYPH_CMAP_OFF)) | ((g >= GLYPH_BODY_OFF) & (g < GLYPH_RIDDEN_OFF)))
+        ys, xs = np.nonzero((((g >= GLYPH_OBJ_OFF) & (g < GLYPH_CMAP_OFF)) | ((g >= GLYPH_BODY_OFF) & (g < GLYPH_RIDDEN_OFF)))
+                            & (g != BOULDER_GLYPH))
         return [(int(x), int(y)) for x, y in zip(xs, ys)]
 
     @cached_property
@@ -176,6 +186,17 @@ class Bot:
     @cached_property
     def lava(self) -> list[tuple[int, int]]:
         ys, xs = np.nonzero(self.cmap() == S_LAVA)
+        return [(int(x), int(y)) for x, y in zip(xs, ys)]
+
+    @cached_property
+    def water(self) -> list[tuple[int, int]]:
+        """(x, y) of visible pools, moats and water (a boulder pushed in fills one, 9 times in 10)."""
+        ys, xs = np.nonzero(np.isin(self.cmap(), list(WATER_CMAP)))
+        return [(int(x), int(y)) for x, y in zip(xs, ys)]
+
+    @cached_property
+    def boulders(self) -> list[tuple[int, int]]:
+        ys, xs = np.nonzero(self.glyphs == BOULDER_GLYPH)
         return [(int(x), int(y)) for x, y in zip(xs, ys)]
 
     @cached_property
@@ -222,6 +243,23 @@ class Bot:
             moves[name][y, x] = False
         return moves
 
+    def can_move(self, name: str, walk: np.ndarray | None = None) -> bool:
+        """Whether the compass move ``name`` from the hero's cell is legal: :meth:`legal_moves` at one cell."""
+        walk = self.walkable if walk is None else walk
+        (dx, dy), (x, y) = DIRECTIONS[name], self.pos
+        h, w = walk.shape
+        tx, ty = x + dx, y + dy
+        if not (0 <= tx < w and 0 <= ty < h) or not walk[ty, tx] or (x, y, name) in self.blocked:
+            return False
+        if dx and dy:
+            def door(cx, cy):
+                t = int(self.terrain[cy, cx])
+                return 0 <= t < 100 and bool(_DOOR_LUT[t])
+
+            if door(x, y) or door(tx, ty) or not (walk[y, tx] or walk[ty, x]):
+                return False
+        return True
+
     @cached_property
     def tree(self) -> dict:
         """Breadth-first search tree from the hero over known walkable cells (monsters block): cell -> parent."""
@@ -242,6 +280,14 @@ class Bot:
                     prev[j] = (i, name)
                     queue.append(j)
         return {(i % w, i // w): (None if p is None else ((p[0] % w, p[0] // w), p[1])) for i, p in prev.items()}
+
+    @cached_property
+    def distances(self) -> dict:
+        """Moves from the hero to every cell of :attr:`tree` (its BFS depth)."""
+        dist = {}
+        for cell, parent in self.tree.items():  # BFS order: a parent comes before its children
+            dist[cell] = 0 if parent is None else dist[parent[0]] + 1
+        return dist
 
     def path_to(self, goals, *, adjacent: bool = False) -> list[str] | None:
         """Shortest list of compass moves to any goal cell (or to a cell next to one with ``adjacent``).

@@ -18,7 +18,7 @@ import numpy as np
 
 from agentpost.codeskills.bot import Bot
 from agentpost.codeskills.runtime import ActionSpace, Choice, DecisionOutcome
-from agentpost.codeskills.skills import SKILLS, first_primitive
+from agentpost.codeskills.skills import SKILLS, boulder_pushes, first_primitive
 
 
 class RandomController:
@@ -51,16 +51,21 @@ class RandomController:
 
 
 def scripted_skill(bot: Bot) -> str:
-    """The heuristic's rule list: fight a reachable monster, take a reachable staircase, explore what can be
-    reached, freeze lava when what is left lies beyond it, else search for hidden passages."""
+    """The heuristic's rule list: fight a reachable monster, take a reachable staircase, push a boulder into water
+    when the staircase is in view beyond it, explore what can be reached, freeze lava or fill water with a boulder
+    when what is left lies beyond it, else search for hidden passages."""
     if bot.monsters and bot.path_to(bot.monsters, adjacent=True) is not None:
         return "fight"
     if bot.reachable(bot.stairs):
         return "goto_stairs"
+    if bot.stairs and bot.water and boulder_pushes(bot):
+        return "push_boulder"
     if bot.reachable(bot.frontier):
         return "explore_room"
     if bot.lava and bot.item_letter("wand"):
         return "freeze_lava"
+    if bot.water and boulder_pushes(bot):
+        return "push_boulder"
     return "search_hidden"
 
 
@@ -98,11 +103,29 @@ INSTRUCTION = ("You play MiniHack (NetHack). Reach the down staircase '>'. You a
                "Reply with exactly one action name from the list, and nothing else.")
 
 
+#: Per-task hints by MiniHack task family (the id's first word after ``MiniHack-``); other tasks get none.
+TASK_INSTRUCTIONS: dict[str, str] = {
+    "Room": "The staircase is somewhere in one room; monsters may be in the way.",
+    "Corridor": "Rooms are joined by dark corridors; explore them to find the room with the staircase.",
+    "Quest": "Lava blocks the way: pick up the wand and zap it at the lava to freeze it, then cross.",
+    "River": "The staircase lies across a river: push boulders into the water to fill it and make a crossing.",
+    "Lava": "Lava blocks the way: freeze it with a wand of cold or frost horn before crossing.",
+}
+
+
+def task_instruction(task: str) -> str:
+    """The hint for a task id (``MiniHack-River-Narrow-v0`` or ``River-Narrow-v0``), '' for an unlisted family."""
+    family = task.removeprefix("MiniHack-").split("-")[0]
+    return TASK_INSTRUCTIONS.get(family, "")
+
+
 def prompt_parts(bot: Bot, space: ActionSpace, *, task: str = "") -> tuple[str, str]:
-    """The fixed parts of a prompt around its history block: (instruction, task and action list; observation)."""
+    """The fixed parts of a prompt around its history block: (instruction, task with its hint and action list;
+    observation)."""
     actions = "\n".join(f"- {n}: {space.description(n)}" for n in space.names)
     inv = ", ".join(f"{k}: {v}" for k, v in bot.inventory.items()) or "(empty)"
-    head = f"{INSTRUCTION}\nTask: {task}\nActions:\n{actions}\nRecent decisions:\n"
+    hint = task_instruction(task)
+    head = f"{INSTRUCTION}\nTask: {task}{(' - ' + hint) if hint else ''}\nActions:\n{actions}\nRecent decisions:\n"
     tail = (f"\nMessage: {bot.message or '(none)'}\nStatus: {bot.status_text()}\nInventory: {inv}\n"
             f"Map:\n{bot.map_text()}\nAction:")
     return head, tail

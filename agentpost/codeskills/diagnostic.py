@@ -21,17 +21,21 @@ from tqdm.auto import tqdm
 from agentpost.codeskills.controllers import LMController, RandomController, ScriptedController
 from agentpost.codeskills.env import make_env, max_steps
 from agentpost.codeskills.runtime import Budgets, action_space, run_episode
+from agentpost.codeskills import search
+from agentpost.codeskills.search import GreedyController
 from agentpost.evidence.outcomes import arm_facts, fingerprint
 
 TASKS = ("MiniHack-Room-5x5-v0", "MiniHack-Room-15x15-v0", "MiniHack-Corridor-R3-v0", "MiniHack-Corridor-R5-v0",
-         "MiniHack-Quest-Easy-v0")
+         "MiniHack-Quest-Easy-v0", "MiniHack-River-Narrow-v0")
 
-#: (controller, interface) arms. random_equal_mass differs from random_uniform only where both kinds of action
-#: exist (mixed); the scripted heuristic picks skills whenever they exist, so its mixed run equals its skill-only
-#: run by construction (a unit test checks it) and is not run twice. The random controllers are floors: what an
-#: interface gives a controller that does not plan (no headline comparison rests on them).
+#: (controller, interface) arms. The greedy search controller (:mod:`agentpost.codeskills.search`) plays every
+#: interface and chooses between skills and keys in mixed mode. random_equal_mass differs from random_uniform only
+#: where both kinds of action exist (mixed); the scripted heuristic picks skills whenever they exist, so its mixed run
+#: equals its skill-only run by construction (a unit test checks it) and is not run twice. The random controllers are
+#: floors: what an interface gives a controller that does not plan (no headline comparison rests on them).
 ARMS = (("random_uniform", "primitive"), ("random_uniform", "skill"), ("random_uniform", "mixed"),
-        ("random_equal_mass", "mixed"), ("scripted", "primitive"), ("scripted", "skill"))
+        ("random_equal_mass", "mixed"), ("scripted", "primitive"), ("scripted", "skill"),
+        ("greedy", "primitive"), ("greedy", "skill"), ("greedy", "mixed"))
 
 #: eqdec: equal decisions (max_decisions for every interface); eqsteps: equal primitive steps (the step budget for
 #: every interface, decisions up to the same number).
@@ -45,12 +49,14 @@ def env_seed(seed: int, episode: int) -> int:
     return int(seed) * 10_000 + int(episode)
 
 
-def controller(name: str):
+def controller(name: str, skill_step_cap: int = 50):
     if name == "scripted":
         return ScriptedController()
+    if name == "greedy":
+        return GreedyController(skill_step_cap)
     if name.startswith("random_"):
         return RandomController(name.removeprefix("random_"))
-    raise ValueError(f"unknown controller {name!r}; use scripted, random_uniform or random_equal_mass")
+    raise ValueError(f"unknown controller {name!r}; use greedy, scripted, random_uniform or random_equal_mass")
 
 
 def budgets_for(mode: str, base: Budgets, step_limit: int) -> Budgets:
@@ -86,7 +92,7 @@ def run_grid(tasks, episodes: dict, seed: int, arms=ARMS, budgets: Budgets = Bud
     envs = {t: make_env(t) for t in tasks}
     bar = tqdm(total=sum(episodes[t] for t, _, _, _ in jobs), desc="episodes", disable=not progress, mininterval=15)
     for task, ctrl_name, interface, mode in jobs:
-        ctrl = lm[1] if lm is not None and ctrl_name == lm[0] else controller(ctrl_name)
+        ctrl = lm[1] if lm is not None and ctrl_name == lm[0] else controller(ctrl_name, budgets.skill_step_cap)
         space = action_space(interface)
         b = budgets_for(mode, budgets, max_steps(envs[task]))
         if isinstance(ctrl, LMController):
@@ -118,7 +124,7 @@ def arm_facts_of(df: pd.DataFrame, budgets: Budgets) -> dict:
     out = {}
     for arm, g in df.groupby("arm", sort=True):
         ctrl = g["controller"].iloc[0]
-        code = inspect.getsource(ScriptedController if ctrl == "scripted" else
+        code = inspect.getsource(ScriptedController if ctrl == "scripted" else search if ctrl == "greedy" else
                                  RandomController if ctrl.startswith("random_") else LMController)
         out[arm] = arm_facts(checkpoint=fingerprint(code), data_version=data, updates=0, max_new_tokens=None,
                              controller=ctrl,

@@ -38,6 +38,13 @@ LAVA = _des(["-----------------", "|..L............|", "-----------------"],
 NEWT = _des(["-------", "|.....|", "-------"],
             "BRANCH:(1,1,1,1),(0,0,0,0)\nMONSTER:(':',\"newt\"),(2,1),asleep\nSTAIR:(5,1),down\n")
 
+#: A river one square wide (x=5, 'W' water, which blocks sight) across a 3-row lit room; the hero at (1,1), a
+#: boulder at (3,2) whose shadow hides (4,2): ``push_boulder`` = 1 move southeast to stand behind it + 2 pushes east
+#: (the boulder moves 3 -> 4 -> 5 and fills the water; the hero ends at x=4) = 3 primitives; ``goto_stairs`` then
+#: walks the 3 squares to the stairs at x=7 over the filled square.
+RIVER = _des(["----------", "|....W...|", "|....W...|", "|....W...|", "----------"],
+             "BRANCH:(1,1,1,1),(0,0,0,0)\nOBJECT:('`',\"boulder\"),(3,2)\nSTAIR:(7,2),down\n")
+
 #: An empty lit room without stairs or objects: skills that need a target take zero primitives (no progress).
 EMPTY = _des(["-------", "|.....|", "-------"], "BRANCH:(1,1,1,1),(0,0,0,0)\n")
 

@@ -18,7 +18,7 @@ from agentpost.codeskills.env import PRIMITIVE_DESCRIPTIONS, PRIMITIVE_KEYS, max
 from agentpost.codeskills.skills import SKILLS
 
 INTERFACES = ("primitive", "skill", "mixed")
-DEFAULT_SKILLS = ("explore_room", "goto_stairs", "fight", "pick_up", "freeze_lava", "search_hidden")
+DEFAULT_SKILLS = ("explore_room", "goto_stairs", "fight", "pick_up", "freeze_lava", "push_boulder", "search_hidden")
 
 
 class ActionSpace:

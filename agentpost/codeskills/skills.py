@@ -15,7 +15,7 @@ import functools
 from dataclasses import dataclass
 from typing import Callable, Generator
 
-from agentpost.codeskills.bot import CLOSED_DOORS, Bot
+from agentpost.codeskills.bot import CLOSED_DOORS, S_STONE, WATER_CMAP, Bot
 from agentpost.codeskills.env import DIRECTIONS
 
 SkillGen = Generator["str | tuple[str, ...]", None, bool]
@@ -184,6 +184,59 @@ def freeze_lava(bot: Bot, reach: int = 4) -> SkillGen:
     before = len(bot.lava)
     yield ("zap", key, spots[bot.pos])
     return len(bot.lava) < before
+
+
+ORTHOGONAL = ("east", "west", "north", "south")
+
+
+def boulder_pushes(bot: Bot) -> list[tuple[int, int, tuple[int, int], str, int, tuple[int, int]]]:
+    """Every straight push of a visible boulder into water that the known map allows, best first.
+
+    A plan is (water cells still beyond the one it fills, moves to stand behind the boulder + pushes, boulder, compass
+    direction, pushes, the water cell it fills). The boulder's line must run over floor or never-seen cells (a
+    boulder's shadow; no other boulder, no monster) to a water cell in view, and the cell behind it must be reachable. Plans that finish a crossing (no water
+    beyond) come first, so a two-wide river is crossed by pushing the second boulder along a line already half filled.
+    """
+    water, dist = set(bot.water), bot.distances
+    walk = bot.walkable | (bot.terrain == -1) | (bot.terrain == S_STONE)
+    blocked = set(bot.boulders) | set(bot.monsters)
+    h, w = walk.shape
+    plans = []
+    for bx, by in bot.boulders:
+        for name in ORTHOGONAL:
+            dx, dy = DIRECTIONS[name]
+            behind = (bx - dx, by - dy)
+            if behind not in dist:
+                continue
+            x, y, pushes = bx + dx, by + dy, 1
+            while 0 <= y < h and 0 <= x < w and (x, y) not in water and walk[y, x] and (x, y) not in blocked:
+                x, y, pushes = x + dx, y + dy, pushes + 1
+            if (x, y) not in water:
+                continue
+            beyond, cx, cy = 0, x + dx, y + dy
+            while (cx, cy) in water:
+                beyond, cx, cy = beyond + 1, cx + dx, cy + dy
+            plans.append((beyond, dist[behind] + pushes, (bx, by), name, pushes, (x, y)))
+    return sorted(plans)
+
+
+@skill("push a boulder in a straight line into water to fill it (a way across a river)")
+def push_boulder(bot: Bot) -> SkillGen:
+    """Walk behind the best boulder (:func:`boulder_pushes`) and push it until it drops into the water; True when
+    the water cell is filled (NetHack: 9 times in 10 for water, otherwise the boulder sinks without a trace)."""
+    plans = boulder_pushes(bot)
+    if not plans:
+        return False
+    _, _, (bx, by), name, pushes, (wx, wy) = plans[0]
+    dx, dy = DIRECTIONS[name]
+    if not (yield from travel_to(bot, {(bx - dx, by - dy)})):
+        return False
+    for _ in range(pushes):
+        before = bot.pos
+        yield name
+        if bot.pos == before:
+            return False  # the boulder did not move (something unseen behind it)
+    return int(bot.cmap()[wy, wx]) not in WATER_CMAP
 
 
 def first_primitive(bot: Bot, skill_fn) -> tuple[str, ...] | None:

@@ -124,6 +124,54 @@ def test_freeze_lava_is_one_three_key_command_then_the_way_is_open():
     assert (out.steps, bot.success) == (13, True)
 
 
+def test_boulder_glyph_matches_nle_and_a_boulder_is_neither_floor_nor_an_item():
+    from agentpost.codeskills.bot import BOULDER_GLYPH
+
+    bot = fresh(maps.RIVER)
+    (bx, by), = bot.boulders
+    assert chr(int(bot.chars[by, bx])) == "`" and int(bot.glyphs[by, bx]) == BOULDER_GLYPH
+    assert not bot.walkable[by, bx] and (bx, by) not in bot.objects
+
+
+def test_push_boulder_is_one_move_and_two_pushes_then_the_river_is_crossed():
+    """maps.RIVER: 1 move southeast + 2 pushes east fill the water square (NetHack: 'Now you can cross it!')."""
+    bot = fresh(maps.RIVER)
+    (bx, by), = bot.boulders
+    filled = (bx + 2, by)
+    assert filled in bot.water and bot.path_to(bot.stairs or [(bx + 4, by)]) is None
+    out = decide(bot, "push_boulder")
+    assert (out.steps, out.result) == (3, "done") and "cross it" in bot.message
+    assert filled not in bot.water and bot.pos == (bx + 1, by) and not bot.boulders
+    walked = decide(bot, "explore_room").steps  # onto the filled square, whence the stairs come into view
+    walked += decide(bot, "goto_stairs").steps
+    assert (walked, bot.success) == (3, True)  # x = 4 -> 7
+
+
+def test_push_boulder_crosses_minihack_river_narrow():
+    """The real two-wide River-Narrow task (instance 420000): the scripted skill policy pushes one boulder into each
+    water column of one row and walks over them to the stairs; without push_boulder it cannot cross."""
+    env = make_env("MiniHack-River-Narrow-v0")
+    res = run_episode(env, ScriptedController(), action_space("skill"), Budgets(), env_seed=420000,
+                      rng=np.random.default_rng(0), keep_trace=True)
+    pushes = [t["outcome"].result for t in res.trace if t["choice"].action == "push_boulder"]
+    assert res.success and pushes == ["done", "done"]
+    without = [s for s in action_space("skill").skills if s != "push_boulder"]
+    from agentpost.codeskills.runtime import ActionSpace
+
+    res = run_episode(env, ScriptedController(), ActionSpace(skills=without), Budgets(), env_seed=420000,
+                      rng=np.random.default_rng(0))
+    assert not res.success
+
+
+def test_task_instructions_are_per_task_family_and_reach_the_prompt():
+    from agentpost.codeskills.controllers import task_instruction
+
+    assert "boulders" in task_instruction("MiniHack-River-Narrow-v0") == task_instruction("River-v0")
+    assert "wand" in task_instruction("Quest-Easy-v0") and task_instruction("MiniHack-Sokoban1a-v0") == ""
+    text = render_prompt(fresh(maps.STAIRS_AHEAD), action_space("skill"), [], task="River-Narrow-v0")
+    assert "Task: River-Narrow-v0 - The staircase lies across a river" in text
+
+
 def test_fight_kills_an_adjacent_newt_within_its_swing_cap():
     bot = fresh(maps.NEWT)
     assert len(bot.monsters) == 1
@@ -408,3 +456,74 @@ def test_run_grid_is_one_seed_with_nested_items_and_measured_facts():
     assert facts["scripted_skill_eqdec"]["data_version"] == facts["random_uniform_primitive_eqdec"]["data_version"]
     assert facts["scripted_skill_eqdec"]["checkpoint"] == facts["scripted_skill_eqsteps"]["checkpoint"]
     assert facts["scripted_skill_eqsteps"]["max_decisions_by_task"] == {"MiniHack-Room-5x5-v0": 100}
+
+
+# ---- the greedy search controller (agentpost.codeskills.search) ------------------------------------------
+def test_potential_is_minus_the_move_distance_to_the_stairs_and_the_model_moves_without_stepping():
+    from agentpost.codeskills.search import ModelBot, Potential
+
+    bot = fresh(maps.STAIRS_AHEAD)  # hero x=1, stairs x=5 in a one-row room: 4 moves
+    phi = Potential(bot)
+    assert phi(bot) == -4.0
+    model = ModelBot(bot)
+    model.step("east")
+    assert (model.pos, phi(model), bot.pos, bot.steps) == ((bot.pos[0] + 1, bot.pos[1]), -3.0, bot.pos, 0)
+    model.step("north")  # into the wall: nothing moves, the step is counted
+    assert (model.pos[0], model.steps) == (bot.pos[0] + 1, 2)
+
+
+def test_model_push_predicts_the_real_push_boulder():
+    """maps.RIVER: the dry run of push_boulder fills the same water square in the same 3 primitives as the game."""
+    from agentpost.codeskills.search import ModelBot, Potential, dry_run
+
+    bot = fresh(maps.RIVER)
+    (bx, by), = bot.boulders
+    phi = Potential(bot)
+    before = phi(bot)
+    end, n = dry_run(bot, "push_boulder", action_space("skill"), phi, 50)
+    model = ModelBot(bot)
+    for key in ("southeast", "east", "east"):
+        model.step(key)
+    assert (bx + 2, by) not in model.water and not model.boulders and model.pos == (bx + 1, by)
+    assert n == 3 and end > before  # filling the water is progress: the crossing costs CROSS less
+    out = decide(bot, "push_boulder")
+    assert out.steps == n and bot.pos == model.pos and (bx + 2, by) not in bot.water
+
+
+def test_greedy_scores_progress_per_step_and_its_choice_does_not_depend_on_the_action_count():
+    from agentpost.codeskills.search import GreedyController
+
+    bot = fresh(maps.STAIRS_AHEAD)
+    g = GreedyController()
+    scores = g.scores(bot, action_space("mixed"))
+    assert scores["goto_stairs"] == (1.0, 4.0, 4) and scores["east"] == (1.0, 1.0, 1) and scores["west"][1] <= 0
+    assert g.act(bot, action_space("mixed")).action == "goto_stairs"  # equal rate, more progress per decision
+    assert g.act(bot, action_space("primitive")).action == "east"
+    from agentpost.codeskills.runtime import ActionSpace
+
+    for extra in ((), ("search", "pickup"), tuple(PRIMITIVE_KEYS)):  # adding keys never changes the choice
+        assert g.act(bot, ActionSpace(skills=("goto_stairs", "explore_room"), primitives=extra)).action == "goto_stairs"
+    empty = fresh(maps.EMPTY)  # no stairs, nothing unexplored: no action makes progress, the fallback
+    assert g.act(empty, action_space("mixed")).action == "search_hidden"
+    assert g.act(empty, action_space("primitive")).action == "search"
+
+
+def test_greedy_mixed_chooses_both_skills_and_keys_and_crosses_the_river():
+    from agentpost.codeskills.search import GreedyController
+
+    res = episode("MiniHack-River-Narrow-v0", GreedyController(), "mixed", seed=420000)
+    assert res.success and res.skill_decisions > 0 and res.primitive_decisions > 0
+
+
+def test_can_move_is_legal_moves_at_the_hero_cell():
+    env = make_env("MiniHack-Corridor-R3-v0")
+    for s in range(3):
+        bot = Bot(env, seeded_reset(env, s)[0])
+        for _ in range(30):
+            legal = bot.legal_moves(bot.walkable)
+            x, y = bot.pos
+            assert {n: bot.can_move(n) for n in legal} == {n: bool(m[y, x]) for n, m in legal.items()}
+            moves = [n for n in legal if legal[n][y, x]]
+            if not moves or bot.done:
+                break
+            bot.step(moves[len(bot.visited) % len(moves)])
