@@ -467,3 +467,22 @@ def test_topk_support_renormalises_over_the_teachers_top_tokens():
         restrict_support(Q[None], P[None], "topk", 0)
     with pytest.raises(ValueError, match="kl_support"):
         ArmConfig(kl_support="topk", topk=0)
+
+
+def test_reference_nll_is_the_summed_nll_of_the_correct_response(tok):
+    """test_nll per item: -sum_t log p(c_t | student prompt, c_<t) over the concise correct response and <eos>,
+    computed here from one unpadded forward pass per item; batching (padding) does not change it."""
+    from agentpost.opsd import ARITHMETIC, reference_nll
+
+    model = _tiny(seed=2)
+    items = [Expression("48+24", "72"), Expression("48*15", "720")]  # with and without a scratchpad
+    expected = []
+    for e in items:
+        prompt = tok(A.student_prompt(e), add_special_tokens=False).input_ids
+        c = tok(A.response(e, "concise"), add_special_tokens=False).input_ids + [tok.eos_token_id]
+        with torch.no_grad():
+            logp = torch.log_softmax(model(input_ids=torch.tensor([prompt + c])).logits[0], -1)
+        expected.append(-sum(logp[len(prompt) - 1 + t, c[t]].item() for t in range(len(c))))
+    assert ARITHMETIC.reference_response(items[0]) == A.response(items[0], "concise")
+    assert reference_nll(model, tok, items) == pytest.approx(expected, rel=1e-5)
+    assert reference_nll(model, tok, items, batch_size=1) == pytest.approx(expected, rel=1e-5)
