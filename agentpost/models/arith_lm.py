@@ -12,11 +12,14 @@ Formats (the model was trained on exactly these strings; ``<eos>`` ends every re
 
     <|im_start|>user\\nCompute 48/2.<|im_end|>\\n<|im_start|>assistant\\n
 
-* response styles (:func:`response`; a **synthetic format** over the real expressions), e.g. for ``48/2=24``:
-  ``concise`` ``48/2 = 24. The answer is \\boxed{24}.``; ``verbose`` ``Let me compute 48/2 step by step. 48/2 = 24.
-  Let me double-check: 48/2 = 24. The answer is \\boxed{24}.``; ``corrected`` ``48/2 = 23. Wait, 48/2 = 24. The
-  answer is \\boxed{24}.``; ``rebox`` ``48/2 = 23. The answer is \\boxed{23}. Wait, that is wrong. 48/2 = 24. The
-  answer is \\boxed{24}.`` (the wrong value is a random perturbation of the result);
+* response styles (:func:`response`; a **synthetic format** over the real expressions), each with the
+  digit-by-digit scratchpad of :func:`scratchpad` (``S`` below; for ``48/2`` it is ``048/2: 00/2=0r0, 04/2=2r0,
+  08/2=4r0; 024``), e.g. for ``48/2=24``: ``concise`` ``S. 48/2 = 24. The answer is \\boxed{24}.``; ``verbose``
+  ``Let me compute 48/2. S. 48/2 = 24. Let me double-check: 48/2 = 24. The answer is \\boxed{24}.``; ``corrected``
+  ``48/2 = 23. Wait, S. 48/2 = 24. The answer is \\boxed{24}.``; ``rebox`` ``48/2 = 23. The answer is \\boxed{23}.
+  Wait, that is wrong. S. 48/2 = 24. The answer is \\boxed{24}.`` (the wrong value is a random perturbation of the
+  result). Every response fits in 160 tokens. The scratchpad is what lets a model this small compute: without it
+  (the answer line alone) the same network was right on 1.5% of the test items;
 * privileged teacher prompt (:func:`teacher_prompt`), the reference being GSM8K's own annotation line:
   ``assistant`` layout (default) ``...<|im_start|>assistant\\nReference: 48/2=24\\nSolve it in your own way.\\n``;
   ``user`` layout ``<|im_start|>user\\nCompute 48/2.\\nReference: 48/2=24\\nSolve it in your own way.<|im_end|>\\n
@@ -25,9 +28,10 @@ Formats (the model was trained on exactly these strings; ``<eos>`` ends every re
 
     <|im_start|>user\\nCompute 48/2.\\nPrevious answer: {response}\\nRewrite it concisely.<|im_end|>\\n<|im_start|>assistant\\n
 
-Committed checkpoint (``receipt.json``, greedy, 200 held-out test items): the student is right on only 1.5% of
-the test expressions (4.5% of validation) while the assistant-side teacher prompt is right on 100% (it copies the
-reference), so the privileged teacher is far better than the student, the situation OPSD needs.
+Committed checkpoint (``receipt.json``, greedy, the first 200 held-out test items): the student is right on about a
+third of the test expressions (its receipt gives the figures, validation alike) while the assistant-side teacher
+prompt, which can read the result off the reference, is right far more often: a privileged teacher better than a
+student that partly solves the task, the situation OPSD needs.
 
 Pretraining mixes the four prompt kinds (student, both teacher layouts, refinement) so that the one network can
 play the student, the privileged teacher and the rewriter, the three roles of Recursive OPSD.
@@ -35,6 +39,7 @@ play the student, the privileged teacher and the rewriter, the three roles of Re
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -137,25 +142,81 @@ def wrong_value(result: str, rng: np.random.Generator) -> str:
             return str(w)
 
 
+WIDTH = 3  # every number of the task has at most 3 digits (arithmetic_split's max_digits)
+
+
+def _operands(expr) -> tuple[str, str, str]:
+    a, op, b = re.fullmatch(r"(\d+)([-+*/])(\d+)", expr.text).groups()
+    return a, op, b
+
+
+def scratchpad(expr) -> str | None:
+    """The digit-by-digit working of ``expr`` (a **synthetic format**), or ``None`` when it has none.
+
+    Columns run from the units up, every number padded to :data:`WIDTH` digits, every step of fixed width, so that
+    the digits a step needs sit at fixed distances behind it; the last part (after ``;``) is the padded result
+    read off the steps. ``+`` ``digit+digit+carry=digit c carry``; ``-`` ``digit-digit-borrow=digit b borrow``;
+    ``*`` by a one-digit factor ``digit*factor+carry=digit c carry`` (the other factor is the padded one);
+    ``/`` by a one-digit divisor, long division ``(remainder digit)/divisor=quotient r remainder``. Products of two
+    multi-digit factors and divisions by multi-digit divisors have no scratchpad (their responses state the
+    result directly). E.g. ``48+24`` -> ``048+024: 8+4+0=2c1, 4+2+1=7c0, 0+0+0=0c0; 072``."""
+    a, op, b = _operands(expr)
+    if op in "+-":
+        x, y = a.zfill(WIDTH), b.zfill(WIDTH)
+        steps, c, digits = [], 0, ""
+        for dx, dy in zip(map(int, reversed(x)), map(int, reversed(y))):
+            v = dx + dy + c if op == "+" else dx - dy - c
+            d, c_out = (v % 10, v // 10) if op == "+" else (v % 10, int(v < 0))
+            steps.append(f"{dx}{op}{dy}{op}{c}={d}{'c' if op == '+' else 'b'}{c_out}")
+            c, digits = c_out, str(d) + digits
+        return f"{x}{op}{y}: " + ", ".join(steps) + f"; {digits}"
+    if op == "*":
+        n, m = (a, b) if len(b) == 1 else (b, a) if len(a) == 1 else (None, None)
+        if n is None or len(n) > WIDTH:
+            return None
+        x, f = n.zfill(WIDTH), int(m)
+        steps, c, digits = [], 0, ""
+        for dx in map(int, reversed(x)):
+            v = dx * f + c
+            steps.append(f"{dx}*{f}+{c}={v % 10}c{v // 10}")
+            c, digits = v // 10, str(v % 10) + digits
+        return f"{x}*{f}: " + ", ".join(steps) + f"; {digits}"
+    if len(b) != 1 or b == "0":
+        return None
+    x, dv = a.zfill(WIDTH), int(b)
+    steps, r, digits = [], 0, ""
+    for dx in map(int, x):
+        q, r_new = divmod(10 * r + dx, dv)
+        steps.append(f"{r}{dx}/{dv}={q}r{r_new}")
+        r, digits = r_new, digits + str(q)
+    return f"{x}/{dv}: " + ", ".join(steps) + f"; {digits}"
+
+
+def _worked(expr, value: str) -> str:
+    """The scratchpad (when the expression has one) and the line ``expr = value.``"""
+    pad = scratchpad(expr)
+    return (f"{pad}. " if pad else "") + f"{expr.text} = {value}."
+
+
 def response(expr, style: str, rng: np.random.Generator | None = None, wrong: str | None = None) -> str:
     """A worked response in one of :data:`STYLES` (module docstring); ``wrong`` is the erroneous value, drawn
     with :func:`wrong_value` when not given (styles ``corrected`` and ``rebox``)."""
     e, r = expr.text, expr.result
     if style == "concise":
-        return f"{e} = {r}. {boxed(r)}"
+        return f"{_worked(expr, r)} {boxed(r)}"
     if style == "verbose":
-        return f"Let me compute {e} step by step. {e} = {r}. Let me double-check: {e} = {r}. {boxed(r)}"
+        return f"Let me compute {e}. {_worked(expr, r)} Let me double-check: {e} = {r}. {boxed(r)}"
     if style not in STYLES:
         raise ValueError(f"unknown response style {style!r}; use one of {STYLES}")
     w = wrong if wrong is not None else wrong_value(r, rng if rng is not None else np.random.default_rng(0))
     if style == "corrected":
-        return f"{e} = {w}. Wait, {e} = {r}. {boxed(r)}"
-    return f"{e} = {w}. {boxed(w)} Wait, that is wrong. {e} = {r}. {boxed(r)}"
+        return f"{e} = {w}. Wait, {_worked(expr, r)} {boxed(r)}"
+    return f"{e} = {w}. {boxed(w)} Wait, that is wrong. {_worked(expr, r)} {boxed(r)}"
 
 
 def concise_rewrite(expr, previous_final: str) -> str:
-    """The refinement target: the concise style carrying the previous answer's final value."""
-    return f"{expr.text} = {previous_final}. {boxed(previous_final)}"
+    """The refinement target: the concise style (scratchpad included) carrying the previous answer's final value."""
+    return f"{_worked(expr, previous_final)} {boxed(previous_final)}"
 
 
 def boxed_values(text: str) -> list[str]:
@@ -207,5 +268,5 @@ def generate(model, tokenizer, prompts: list[str], *, max_new_tokens: int, do_sa
 
 
 __all__ = ["ASSET_DIR", "ARCH", "CHARS", "LAYOUTS", "SPECIAL_TOKENS", "STYLES", "TAU", "boxed_values", "build_tokenizer", "boxed", "final_answer", "generate",
-           "concise_rewrite", "config", "load", "question", "refine_prompt", "response", "student_prompt",
+           "concise_rewrite", "config", "load", "question", "refine_prompt", "response", "scratchpad", "student_prompt",
            "teacher_prompt", "wrong_value"]

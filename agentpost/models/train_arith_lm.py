@@ -11,12 +11,17 @@ Evaluation (receipt): greedy decoding on validation and held-out test expression
 (exact match of the final box, mean response tokens, share with "Wait"), from the assistant-side teacher prompt,
 and the rewrite of the model's own student responses (share shorter, share keeping the final value).
 
-The committed checkpoint is two phases on one CPU thread (``receipt.json`` keeps both; about 9 CPU-minutes in all,
-~35 wall-minutes on the shared, contended machine)::
+The committed checkpoint is one run on one CPU thread (about 11 wall-minutes on the shared 2-core machine, under
+contention; ``receipt.json``)::
 
-    nice -n 10 python -m agentpost.models.train_arith_lm --out /tmp/phase1                       # 500 updates
-    nice -n 10 python -m agentpost.models.train_arith_lm --init /tmp/phase1 --steps 600 --warmup-steps 10 --seed 1
-    # the second command writes agentpost/models/assets/gsm8k-arith-lm/
+    nice -n 10 python -m agentpost.models.train_arith_lm --steps 1000
+    # writes agentpost/models/assets/gsm8k-arith-lm/
+
+It is right on about a third of the held-out items (the receipt's greedy accuracy), inside the 30-60% band where
+the OPSD chapter's arms can move accuracy either way. A second phase (``--init`` that checkpoint ``--steps 1000
+--lr 0.002 --warmup-steps 10 --seed 1``, 20 more minutes) reached 0.69 test / 0.73 validation accuracy, above the
+band, and is not committed. Training is deterministic for a given seed, thread count and torch build: the example
+stream comes from numpy's seeded generator and the initial weights from ``torch.manual_seed``.
 """
 
 from __future__ import annotations
@@ -56,7 +61,7 @@ class Hyper:
     p_rewrite: float = 0.2
     style_weights: str = "0.4,0.2,0.25,0.15"  # concise, verbose, corrected, rebox
     rewrite_wrong: float = 0.25
-    max_new_tokens: int = 128
+    max_new_tokens: int = 160
     eval_items: int = 200  # first this-many validation/test expressions (0: all)
     log_every: int = 25
 

@@ -61,7 +61,14 @@ def run_arms(model0, tok, train_items, eval_sets: dict, arms: dict[str, ArmConfi
 
 
 def per_arm_table(results: dict, split: str) -> list[dict]:
-    """Rows (arm, accuracy, mean length, updates made, SRCL rewrites accepted) on ``split`` at this seed."""
-    return [{"arm": a, "accuracy": float(np.mean(r["eval"][split]["correct"])),
-             "mean_tokens": float(np.mean(r["eval"][split]["length"])), "updates": r["log"]["updates"],
-             "srcl_accepted": int(sum(r["log"]["accepted"]))} for a, r in results.items()]
+    """Rows (arm, accuracy, mean length, mean NLL of the reference response, updates made, SRCL rewrites accepted
+    and their share of the rewrites tried) on ``split`` at this seed."""
+    rows = []
+    for a, r in results.items():
+        log, ev = r["log"], r["eval"][split]
+        tried = log["updates"] * log["config"]["batch"] if log["config"]["srcl"] else 0
+        rows.append({"arm": a, "accuracy": float(np.mean(ev["correct"])), "mean_tokens": float(np.mean(ev["length"])),
+                     "mean_nll": float(np.mean(ev["nll"])), "updates": log["updates"],
+                     "srcl_accepted": int(sum(log["accepted"])),
+                     "srcl_acceptance": sum(log["accepted"]) / tried if tried else float("nan")})
+    return rows

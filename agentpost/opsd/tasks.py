@@ -46,6 +46,11 @@ class Arithmetic:
     def reference_answer(self, e) -> str:
         return e.result
 
+    def reference_response(self, e) -> str:
+        """The correct response in the model's format (concise style, scratchpad included): what
+        :func:`agentpost.opsd.train.reference_nll` scores."""
+        return A.response(e, "concise")
+
     def is_correct(self, text: str, e) -> bool:
         ans = A.final_answer(text)
         return ans is not None and answers_match(ans, e.result)
@@ -98,6 +103,10 @@ class GSM8KChat:
 
     def reference_answer(self, p) -> str:
         return gsm8k.final_answer(p["answer"])
+
+    def reference_response(self, p) -> str:
+        """The correct response scored by :func:`agentpost.opsd.train.reference_nll`: the verified solution g."""
+        return self.reference(p)
 
     def is_correct(self, text: str, p) -> bool:
         ans = A.final_answer(text)

@@ -171,11 +171,37 @@ def train_arm(model0, tok, train_items, cfg: ArmConfig, seed: int, *, task=ARITH
     return student.eval(), log
 
 
+@torch.no_grad()
+def reference_nll(model, tok, items, task=ARITHMETIC, batch_size: int = 64) -> list[float]:
+    """Per item, the teacher-forced NLL (nats, summed over its tokens and ``<eos>``) of the task's reference
+    response (:meth:`reference_response`) after the student prompt: ``-log p(whole correct response | x)``.
+
+    A continuous companion of accuracy: it moves when an update makes the correct working more or less likely,
+    even where the greedy answer does not flip."""
+    was_training = model.training
+    model.eval()
+    out: list[float] = []
+    for b in range(0, len(items), batch_size):
+        chunk = items[b:b + batch_size]
+        resp = [ids + [tok.eos_token_id] for ids in _ids(tok, [task.reference_response(e) for e in chunk])]
+        logits, mask = response_logits(model, _ids(tok, [task.student_prompt(e) for e in chunk]), resp,
+                                       tok.pad_token_id)
+        targets = torch.zeros(mask.shape, dtype=torch.long, device=mask.device)
+        for i, r in enumerate(resp):
+            targets[i, : len(r)] = torch.tensor(r, device=mask.device)
+        nll = F.cross_entropy(logits.float().transpose(1, 2), targets, reduction="none")
+        out += (nll * mask).sum(1).tolist()
+    model.train(was_training)
+    return out
+
+
 def evaluate(model, tok, items, max_new_tokens: int, task=ARITHMETIC) -> dict:
     """Greedy decoding from the student prompt: per-item correctness of the final box (the task's check) and
-    response length (tokens, including EOS)."""
+    response length (tokens, including EOS); and per item the NLL of the reference response
+    (:func:`reference_nll`)."""
     outs = A.generate(model, tok, [task.student_prompt(e) for e in items], max_new_tokens=max_new_tokens)
     return {"correct": [float(task.is_correct(o["text"], e)) for o, e in zip(outs, items)],
             "length": [float(len(o["ids"])) for o in outs],
             "eos": [float(o["eos"]) for o in outs],
+            "nll": reference_nll(model, tok, items, task),
             "examples": [o["text"] for o in outs[:3]]}

@@ -347,9 +347,58 @@ def test_train_arm_runs_and_live_teacher_follows(tok):
     student, log = train_arm(model, tok, exprs, cfg, seed=0, probe_items=fixed_incorrect(exprs, 2), probe_every=1,
                              progress=False)
     assert len(log["loss_g"]) == 2 and len(log["probe"]) == 3 and all(np.isfinite(log["loss_g"]))
-    assert log["loss_s"] == [0.0, 0.0]  # an untrained model's rewrites never pass the gates
+    assert len(log["loss_s"]) == 2 and all(np.isfinite(log["loss_s"]))
     changed = any(not torch.equal(p, q) for p, q in zip(student.parameters(), model.parameters()))
     assert changed
+
+
+@pytest.mark.claim("opsd", "C2")
+def test_srcl_gradient_with_an_accepted_rewrite(tok, monkeypatch):
+    """One SRCL update with one accepted and one rejected rewrite, checked against an independent computation.
+
+    Generation is replaced by fixed texts: both rollouts are verbose responses; the rewrite of ``48+24`` is the
+    concise response (shorter, >= 32 tokens, no reflection, final box 72: accepted), the rewrite of ``9-5`` boxes
+    5 (wrong: rejected). With lambda_G = 0 and lambda_S = 1 the loss is eq. 6 over the accepted rewrite only, its
+    token NLL summed and divided by its length N_k, computed here from the model's own logits on
+    ``student prompt + rewrite + <eos>``; AdamW's first step (no weight decay) moves every weight by
+    ``-lr * g / (|g| + eps)`` with ``g`` the gradient of that loss."""
+    import agentpost.opsd.train as T
+
+    good, bad = Expression("48+24", "72"), Expression("9-5", "4")
+    rewrites = {good.text: A.response(good, "concise"), bad.text: A.concise_rewrite(bad, "5")}
+
+    def fake_generate(model, tok_, prompts, **kw):
+        out = []
+        for p in prompts:
+            e = good if "Compute 48+24." in p else bad
+            text = rewrites[e.text] if "Previous answer:" in p else A.response(e, "verbose")
+            out.append({"ids": tok_(text, add_special_tokens=False).input_ids + [tok_.eos_token_id], "text": text,
+                        "eos": True})
+        return out
+
+    monkeypatch.setattr(T.A, "generate", fake_generate)
+    model = _tiny(seed=1)
+    lr, eps = 1e-3, 1e-8
+    cfg = ArmConfig(teacher_mode="frozen", srcl=True, batch=2, updates=1, lr=lr, lambda_g=0.0, lambda_s=1.0,
+                    grad_clip=1e9, max_new_tokens=200)
+    student, log = train_arm(model, tok, [good, bad], cfg, seed=0, progress=False)
+    assert log["accepted"] == [1] and log["gate_failures"]["final_box_correct"] == 1
+    assert sum(log["gate_failures"].values()) == 1  # the rejected rewrite fails the correctness gate only
+
+    ref = _tiny(seed=1)
+    prompt = tok(A.student_prompt(good), add_special_tokens=False).input_ids
+    c = tok(rewrites[good.text], add_special_tokens=False).input_ids + [tok.eos_token_id]
+    logp = torch.log_softmax(ref(input_ids=torch.tensor([prompt + c])).logits[0], -1)
+    nll = -torch.stack([logp[len(prompt) - 1 + t, c[t]] for t in range(len(c))])
+    expected = nll.sum() / len(c)  # eq. 6 with A = (1, 0): N_k = |c_1|
+    assert log["loss_s"][0] == pytest.approx(expected.item(), rel=1e-5)
+    expected.backward()
+    for (name, p1), p0 in zip(student.named_parameters(), ref.parameters()):
+        step = -lr * p0.grad / (p0.grad.abs() + eps)
+        moved = p1.detach() - p0.detach()
+        clear = p0.grad.abs() > 1e-6  # below, float noise of the padded batch can flip the sign of g
+        assert clear.float().mean() > 0.5 and torch.allclose(moved[clear], step[clear], atol=1e-7), name
+        assert moved.abs().max() <= lr * (1 + 1e-4), name
 
 
 def test_a100_path_pretrains_and_trains_on_the_given_device(tmp_path):
@@ -418,3 +467,22 @@ def test_topk_support_renormalises_over_the_teachers_top_tokens():
         restrict_support(Q[None], P[None], "topk", 0)
     with pytest.raises(ValueError, match="kl_support"):
         ArmConfig(kl_support="topk", topk=0)
+
+
+def test_reference_nll_is_the_summed_nll_of_the_correct_response(tok):
+    """test_nll per item: -sum_t log p(c_t | student prompt, c_<t) over the concise correct response and <eos>,
+    computed here from one unpadded forward pass per item; batching (padding) does not change it."""
+    from agentpost.opsd import ARITHMETIC, reference_nll
+
+    model = _tiny(seed=2)
+    items = [Expression("48+24", "72"), Expression("48*15", "720")]  # with and without a scratchpad
+    expected = []
+    for e in items:
+        prompt = tok(A.student_prompt(e), add_special_tokens=False).input_ids
+        c = tok(A.response(e, "concise"), add_special_tokens=False).input_ids + [tok.eos_token_id]
+        with torch.no_grad():
+            logp = torch.log_softmax(model(input_ids=torch.tensor([prompt + c])).logits[0], -1)
+        expected.append(-sum(logp[len(prompt) - 1 + t, c[t]].item() for t in range(len(c))))
+    assert ARITHMETIC.reference_response(items[0]) == A.response(items[0], "concise")
+    assert reference_nll(model, tok, items) == pytest.approx(expected, rel=1e-5)
+    assert reference_nll(model, tok, items, batch_size=1) == pytest.approx(expected, rel=1e-5)
