@@ -158,19 +158,39 @@ def arm_rewards(
     *,
     mixture_divergence: str = "jsd",
     task_reward_weight: float = 1.0,
+    sequence_logp: torch.Tensor | None = None,
+    entropy_coef: float = 0.0,
     **matching_kw,
 ) -> torch.Tensor:
     """Rewards of one training arm: ``correctness`` r_i = 1[correct_i] (the task-reward baseline); a divergence
     name: the matching reward alone; ``mixture``: matching reward of ``mixture_divergence`` + w * 1[correct_i]
-    (mad-rl.md ambiguity 5, w = ``task_reward_weight``)."""
+    (mad-rl.md ambiguity 5, w = ``task_reward_weight``).
+
+    The two token-space baselines of claim C2 (:data:`KNOB_ARMS`): ``entropy`` r_i = 1[correct_i] - beta log pi(y_i)
+    with beta = ``entropy_coef`` and ``sequence_logp`` the sampled completions' log-probabilities (summed over their
+    tokens); since E_y[(log pi(y) + 1) grad log pi(y)] = -grad H(pi), its expected policy gradient is
+    grad (E[1[correct]] + beta H(pi(.|x))), the correctness objective plus an entropy bonus over the policy's
+    token sequences (the bandit's q_c - beta log pi_c, one token per sequence). ``temperature`` trains on the
+    correctness reward; its knob is the temperature it is *sampled* at afterwards (:func:`agentpost.madrl.train.evaluate`)."""
     corr = torch.as_tensor(correct, dtype=torch.float64)
-    if arm == "correctness":
+    if arm in ("correctness", "temperature"):
         return corr
+    if arm == "entropy":
+        if sequence_logp is None or not entropy_coef > 0:
+            raise ValueError(f"arm 'entropy' needs sequence_logp and entropy_coef > 0, got entropy_coef={entropy_coef}")
+        lp = torch.as_tensor(sequence_logp, dtype=torch.float64)
+        if lp.shape != corr.shape:
+            raise ValueError(f"sequence_logp has shape {tuple(lp.shape)}, correct has {tuple(corr.shape)}")
+        return corr - entropy_coef * lp
     if arm == "mixture":
         return matching_rewards(categories, group_ids, target, mixture_divergence, **matching_kw) + task_reward_weight * corr
     if arm in DIVERGENCES:
         return matching_rewards(categories, group_ids, target, arm, **matching_kw)
-    raise ValueError(f"unknown arm {arm!r}; choose correctness, mixture or one of {', '.join(DIVERGENCES)}")
+    raise ValueError(f"unknown arm {arm!r}; choose correctness, mixture, {', '.join(KNOB_ARMS)} or one of "
+                     f"{', '.join(DIVERGENCES)}")
 
 
 ARMS = ("correctness",) + DIVERGENCES + ("mixture",)
+#: Claim C2's token-space baselines: the correctness reward with an entropy bonus (knob: its weight beta) and the
+#: correctness-trained policy sampled at a temperature (knob: T). Each run of one of them carries its knob.
+KNOB_ARMS = ("entropy", "temperature")

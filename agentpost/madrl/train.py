@@ -7,7 +7,9 @@ them (:func:`agentpost.madrl.task.classify`), rewards from :func:`agentpost.madr
 z-scored advantages per prompt group (:func:`agentpost.rl.group_advantage`) on every completion token, and the
 clipped objective with an optional k3 KL to the initial model (:func:`agentpost.rl.clipped_policy_loss`, token
 mean per run, summed over runs), Adam. Runs may carry their own learning rate (selected on the validation split by
-:func:`select_learning_rates`); runs with the same learning rate share one policy object and optimiser.
+:func:`select_settings`); runs with the same learning rate share one policy object and optimiser. Claim C2's
+token-space baselines (:data:`agentpost.madrl.rewards.KNOB_ARMS`) carry a knob: the entropy bonus's weight beta
+(used in training) or the temperature the correctness-trained copy is sampled at in evaluation.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import torch
 from tqdm.auto import tqdm
 
 from agentpost.madrl.bandit import jsd
-from agentpost.madrl.rewards import ARMS, arm_rewards, as_distribution
+from agentpost.madrl.rewards import ARMS, KNOB_ARMS, arm_rewards, as_distribution
 from agentpost.madrl.task import CATEGORIES, Problem, classify
 from agentpost.rl import broadcast_sequence_values, clipped_policy_loss, group_advantage
 
@@ -63,12 +65,20 @@ class DiagConfig:
 
 @dataclass(frozen=True)
 class Run:
-    """One training run: its arm, target name, seed and learning rate (None: the config's ``lr``)."""
+    """One training run: its arm, target name, seed, learning rate (None: the config's ``lr``) and, for an arm of
+    :data:`KNOB_ARMS` only, its knob (``entropy``: the bonus weight beta; ``temperature``: the evaluation
+    temperature T)."""
 
     arm: str
     target: str
     seed: int
     lr: float | None = None
+    knob: float | None = None
+
+    @property
+    def eval_temperature(self) -> float:
+        """The temperature this run is sampled at when evaluated (its knob for ``temperature``, else 1)."""
+        return self.knob if self.arm == "temperature" else 1.0
 
 
 #: make_policy(copies) -> a fresh policy with that many copies of the base model (:mod:`agentpost.madrl.policies`).
@@ -76,18 +86,23 @@ PolicyFactory = Callable[[int], object]
 
 
 @torch.no_grad()
-def sample(policy, prompts: torch.Tensor, prompt_mask: torch.Tensor, max_new: int, gen: torch.Generator):
-    """Completions for prompt ids [A, B, P] at temperature 1 (no top-k/top-p), each row stopping where
-    ``policy.stops`` says. Returns ids [A, B, T] (``pad`` after the stop), the sampling log-probabilities [A, B, T]
-    (float32) and the completion mask."""
+def sample(policy, prompts: torch.Tensor, prompt_mask: torch.Tensor, max_new: int, gen: torch.Generator,
+           temperature: torch.Tensor | float = 1.0):
+    """Completions for prompt ids [A, B, P] at ``temperature`` (a number, or one per copy [A]; no top-k/top-p),
+    each row stopping where ``policy.stops`` says. Returns ids [A, B, T] (``pad`` after the stop), the sampling
+    log-probabilities [A, B, T] (float32, of the tempered distribution) and the completion mask."""
     last, state = policy.start(prompts, prompt_mask)
     a, b = prompts.shape[:2]
     dev = last.device
+    temp = torch.as_tensor(temperature, dtype=torch.float32, device=dev).reshape(-1)
+    if not bool((temp > 0).all()) or temp.numel() not in (1, a):
+        raise ValueError(f"temperature must be > 0, one number or one per copy ({a}), got {temp.tolist()}")
+    temp = temp.view(-1, 1, 1)
     done = torch.zeros(a, b, dtype=torch.bool, device=dev)
     prev = torch.full((a, b), policy.pad_id, dtype=torch.int64, device=dev)
     ids, logps, masks = [], [], []
     for _ in range(max_new):
-        logp_all = torch.log_softmax(last.float(), -1)
+        logp_all = torch.log_softmax(last.float() / temp, -1)
         tok = torch.multinomial(logp_all.exp().view(a * b, -1), 1, generator=gen).view(a, b)
         tok = torch.where(done, policy.pad_id, tok)
         masks.append(~done)
@@ -122,15 +137,16 @@ def _expand(t: torch.Tensor, copies: int) -> torch.Tensor:
 
 @torch.no_grad()
 def evaluate(policy, problems: list[Problem], n_samples: int, max_new: int, gen: torch.Generator,
-             chunk: int = 512) -> dict[str, np.ndarray]:
+             chunk: int = 512, temperature: torch.Tensor | float = 1.0) -> dict[str, np.ndarray]:
     """Per copy and prompt: outcome counts [A, n, K+1] (last = invalid), the correct ones among them and
-    accuracy [A, n]; ``n_samples`` completions per prompt, sampled ``chunk`` rows at a time."""
+    accuracy [A, n]; ``n_samples`` completions per prompt at ``temperature`` (one number or one per copy),
+    sampled ``chunk`` rows at a time."""
     ids, mask = policy.encode(problems)
     ids, mask = ids.repeat_interleave(n_samples, 0), mask.repeat_interleave(n_samples, 0)
     cats, corr = [], []
     for s in range(0, ids.shape[0], chunk):
         comp, _, _ = sample(policy, _expand(ids[s:s + chunk], policy.copies), _expand(mask[s:s + chunk], policy.copies),
-                            max_new, gen)
+                            max_new, gen, temperature)
         c, k = _classify_all(policy, comp)
         cats.append(c)
         corr.append(k)
@@ -144,8 +160,10 @@ def evaluate(policy, problems: list[Problem], n_samples: int, max_new: int, gen:
 
 def _check_inputs(runs, targets, train, test, cfg) -> dict[str, torch.Tensor]:
     for r in runs:
-        if r.arm not in ARMS:
-            raise ValueError(f"unknown arm {r.arm!r}; choose from {', '.join(ARMS)}")
+        if r.arm not in ARMS + KNOB_ARMS:
+            raise ValueError(f"unknown arm {r.arm!r}; choose from {', '.join(ARMS + KNOB_ARMS)}")
+        if (r.arm in KNOB_ARMS) != (r.knob is not None) or (r.knob is not None and not r.knob > 0):
+            raise ValueError(f"run {r}: arms {', '.join(KNOB_ARMS)} need a knob > 0, the others none")
         if r.target not in targets:
             raise ValueError(f"run {r} names target {r.target!r}, which is not among {sorted(targets)}")
         if r.lr is not None and not r.lr > 0:
@@ -187,7 +205,9 @@ def _train_group(policy, runs: list[Run], lr: float, tgt, train: list[Problem], 
         cats, corr = _classify_all(policy, comp)
         adv = []
         for a, r in enumerate(runs):
-            rew = arm_rewards(r.arm, cats[a], corr[a], gids, tgt[r.target], **reward_kw)
+            knob_kw = {} if r.arm != "entropy" else {"entropy_coef": r.knob,
+                                                        "sequence_logp": logp_old[a].sum(-1).double().cpu()}
+            rew = arm_rewards(r.arm, cats[a], corr[a], gids, tgt[r.target], **reward_kw, **knob_kw)
             adv.append(broadcast_sequence_values(mask[a].cpu(), group_advantage(rew, gids)))
             counts = np.array([(cats[a] == c).sum().item() for c in list(range(K)) + [-1]])
             history[a].append({"step": step, "counts": counts, "accuracy": float(corr[a].mean())})
@@ -232,7 +252,8 @@ def run_diagnostic(make_policy: PolicyFactory, runs: list[Run], targets: dict[st
             policy = make_policy(len(idx))
             hist, n_updates = _train_group(policy, [runs[k] for k in idx], lr, tgt, train, cfg, gen, reference,
                                            progress)
-            ev = evaluate(policy, eval_items, cfg.eval_samples, cfg.max_new_chars, gen)
+            ev = evaluate(policy, eval_items, cfg.eval_samples, cfg.max_new_chars, gen,
+                          temperature=torch.tensor([runs[k].eval_temperature for k in idx]))
             for a, k in enumerate(idx):
                 history[k], final[k], updates[k] = hist[a], _summarise(ev, a, tgt[runs[k].target]), n_updates
             del policy
@@ -249,9 +270,10 @@ def _summarise(ev: dict, a: int, target: torch.Tensor) -> dict:
 
 
 def selection_score(arm: str, jsd_value: float, accuracy: float, task_reward_weight: float) -> float:
-    """What an arm's learning rate is selected to minimise on the validation split: its own objective.
-    correctness: -accuracy; a divergence arm: JSD to the target; mixture: JSD - w * accuracy (the two parts of
-    its reward r_D + w 1[correct])."""
+    """What an arm's learning rate (and knob) is selected to minimise on the validation split. correctness:
+    -accuracy (its own objective); a divergence arm: JSD to the target; mixture: JSD - w * accuracy (the two parts of
+    its reward r_D + w 1[correct]); a C2 baseline (entropy, temperature): JSD to the target, i.e. its knob is set
+    to bring the category distribution as close to the target as it can (the claim is that it cannot)."""
     if arm == "correctness":
         return -accuracy
     if arm == "mixture":
@@ -259,24 +281,48 @@ def selection_score(arm: str, jsd_value: float, accuracy: float, task_reward_wei
     return jsd_value
 
 
-def select_learning_rates(make_policy: PolicyFactory, arms, targets: dict[str, list[float]], train: list[Problem],
-                          validation: list[Problem], cfg: DiagConfig, lr_grid, *, seed: int,
-                          progress: bool = True) -> tuple[dict[str, float], list[dict]]:
-    """Per-arm learning rate from ``lr_grid``: one run per (lr, arm, target) with ``seed``, trained on ``train``
-    prompts and scored on the **validation** prompts (never the test prompts) by :func:`selection_score`, averaged
-    over the targets; the smallest score wins (ties: the smaller lr). Returns ({arm: lr}, rows of scores)."""
+def select_settings(make_policy: PolicyFactory, arms, targets: dict[str, list[float]], train: list[Problem],
+                    validation: list[Problem], cfg: DiagConfig, lr_grid, *, seed: int, knob_grids=None,
+                    progress: bool = True) -> tuple[dict[str, float], dict[str, float], list[dict]]:
+    """Per-arm learning rate from ``lr_grid`` (and, for an arm of :data:`KNOB_ARMS`, its knob from
+    ``knob_grids[arm]``): one run per (lr, knob, arm, target) with ``seed``, trained on ``train`` prompts and scored
+    on the **validation** prompts (never the test prompts) by :func:`selection_score`, averaged over the targets;
+    the smallest score wins (ties: the smaller lr, then the smaller knob). Returns ({arm: lr}, {arm: knob} for the
+    knob arms, rows of scores)."""
     grid = sorted(float(x) for x in lr_grid)
     if not grid or any(not x > 0 for x in grid):
         raise ValueError(f"lr_grid must be a non-empty list of positive learning rates, got {list(lr_grid)}")
-    runs = [Run(arm, t, seed, lr) for lr in grid for arm in arms for t in targets]
+    knob_grids = dict(knob_grids or {})
+    knobs = {}
+    for arm in arms:
+        if arm in KNOB_ARMS:
+            knobs[arm] = sorted(float(x) for x in knob_grids.get(arm, ()))
+            if not knobs[arm] or any(not x > 0 for x in knobs[arm]):
+                raise ValueError(f"arm {arm!r} needs a non-empty grid of positive knobs, got {knob_grids.get(arm)}")
+        else:
+            knobs[arm] = [None]
+    runs = [Run(arm, t, seed, lr, k) for lr in grid for arm in arms for k in knobs[arm] for t in targets]
     diag = run_diagnostic(make_policy, runs, targets, train, validation, cfg, sample_seed=seed, progress=progress)
     rows = []
     for r, f in zip(runs, diag["final"]):
-        rows.append({"arm": r.arm, "target": r.target, "lr": r.lr, "validation_jsd": f["pooled_jsd"],
+        rows.append({"arm": r.arm, "target": r.target, "lr": r.lr, "knob": r.knob, "validation_jsd": f["pooled_jsd"],
                      "validation_accuracy": f["accuracy"],
                      "score": selection_score(r.arm, f["pooled_jsd"], f["accuracy"], cfg.task_reward_weight)})
-    chosen = {}
+    chosen_lr, chosen_knob = {}, {}
     for arm in arms:
-        mean = {lr: np.mean([x["score"] for x in rows if x["arm"] == arm and x["lr"] == lr]) for lr in grid}
-        chosen[arm] = min(grid, key=lambda lr: (mean[lr], lr))
-    return chosen, rows
+        mean = {(lr, k): np.mean([x["score"] for x in rows if x["arm"] == arm and x["lr"] == lr and x["knob"] == k])
+                for lr in grid for k in knobs[arm]}
+        lr, k = min(mean, key=lambda key: (mean[key], key[0], key[1] or 0.0))
+        chosen_lr[arm] = lr
+        if k is not None:
+            chosen_knob[arm] = k
+    return chosen_lr, chosen_knob, rows
+
+
+def select_learning_rates(make_policy: PolicyFactory, arms, targets: dict[str, list[float]], train: list[Problem],
+                          validation: list[Problem], cfg: DiagConfig, lr_grid, *, seed: int,
+                          progress: bool = True) -> tuple[dict[str, float], list[dict]]:
+    """:func:`select_settings` for arms without a knob: ({arm: lr}, rows of scores)."""
+    lr, _, rows = select_settings(make_policy, arms, targets, train, validation, cfg, lr_grid, seed=seed,
+                                  progress=progress)
+    return lr, [{k: v for k, v in row.items() if k != "knob"} for row in rows]

@@ -109,6 +109,39 @@ def test_arms_and_mixture():
     mix = arm_rewards("mixture", cats, correct, gid, P_STAR, task_reward_weight=0.5)
     assert (mix - jsd).tolist() == pytest.approx([0.5, 0.0, 0.5, 0.0])
     with pytest.raises(ValueError, match="unknown arm"):
-        arm_rewards("entropy", cats, correct, gid, P_STAR)
+        arm_rewards("bonus", cats, correct, gid, P_STAR)
     with pytest.raises(ValueError, match="target must be non-negative and sum to 1"):
         matching_rewards(cats, gid, [0.5, 0.6, 0.1], "jsd")
+
+
+def test_token_space_baseline_rewards():
+    """C2's arms: temperature trains on correctness; entropy adds -beta log pi(y) (hand-computed: beta 0.1,
+    log pi = -2, -10, -0.5, -4 gives 1.2, 1.0, 1.05, 0.4)."""
+    cats = torch.tensor([0, 0, 1, -1])
+    correct = torch.tensor([1.0, 0.0, 1.0, 0.0])
+    gid = torch.zeros(4)
+    assert arm_rewards("temperature", cats, correct, gid, P_STAR).tolist() == [1.0, 0.0, 1.0, 0.0]
+    lp = torch.tensor([-2.0, -10.0, -0.5, -4.0])
+    r = arm_rewards("entropy", cats, correct, gid, P_STAR, sequence_logp=lp, entropy_coef=0.1)
+    assert r.tolist() == pytest.approx([1.2, 1.0, 1.05, 0.4])
+    with pytest.raises(ValueError, match="needs sequence_logp and entropy_coef > 0"):
+        arm_rewards("entropy", cats, correct, gid, P_STAR, entropy_coef=0.1)
+    with pytest.raises(ValueError, match="sequence_logp has shape"):
+        arm_rewards("entropy", cats, correct, gid, P_STAR, sequence_logp=lp[:3], entropy_coef=0.1)
+
+
+def test_entropy_reward_gradient_is_the_entropy_bonus_gradient():
+    """Exact expectation over a 4-sequence softmax 'policy': sum_y pi(y) (q_y - beta log pi(y)) grad log pi(y)
+    equals grad (E_pi[q] + beta H(pi)) by autograd (the C2 entropy arm's reward is an unbiased entropy bonus)."""
+    theta = torch.tensor([0.3, -1.0, 0.7, 0.1], dtype=torch.float64, requires_grad=True)
+    q = torch.tensor([1.0, 0.0, 1.0, 0.0], dtype=torch.float64)
+    beta = 0.3
+    pi = torch.softmax(theta, -1)
+    (pi * q - beta * pi * torch.log(pi)).sum().backward()
+    with torch.no_grad():
+        p = torch.softmax(theta, -1)
+        r = arm_rewards("entropy", torch.zeros(4, dtype=torch.int64), q, torch.zeros(4), P_STAR,
+                        sequence_logp=torch.log(p), entropy_coef=beta)
+        grad_logp = torch.eye(4, dtype=torch.float64) - p  # row y: grad_theta log pi(y)
+        score = (p[:, None] * r[:, None] * grad_logp).sum(0)
+    torch.testing.assert_close(score, theta.grad, rtol=0, atol=1e-12)

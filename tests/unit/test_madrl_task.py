@@ -91,8 +91,14 @@ def test_run_diagnostic_refuses_bad_input_before_work():
     base, probs = _tiny_setup()
     cfg = DiagConfig(steps=2, prompts_per_step=2, group_size=4, lr=1e-3, eval_prompts=2, eval_samples=2)
     tg = {"u": [0.2] * 5}
-    with pytest.raises(ValueError, match="unknown arm 'entropy'"):
+    with pytest.raises(ValueError, match="unknown arm 'bonus'"):
+        run_diagnostic(base, [Run("bonus", "u", 0)], tg, probs, probs, cfg, sample_seed=0)
+    with pytest.raises(ValueError, match="need a knob > 0"):
         run_diagnostic(base, [Run("entropy", "u", 0)], tg, probs, probs, cfg, sample_seed=0)
+    with pytest.raises(ValueError, match="need a knob > 0"):
+        run_diagnostic(base, [Run("jsd", "u", 0, knob=2.0)], tg, probs, probs, cfg, sample_seed=0)
+    with pytest.raises(ValueError, match="need a knob > 0"):
+        run_diagnostic(base, [Run("temperature", "u", 0, knob=0.0)], tg, probs, probs, cfg, sample_seed=0)
     with pytest.raises(ValueError, match="has 3 entries"):
         run_diagnostic(base, [Run("jsd", "u", 0)], {"u": [0.2, 0.3, 0.5]}, probs, probs, cfg, sample_seed=0)
     with pytest.raises(ValueError, match="training prompts needed"):
@@ -128,6 +134,46 @@ def test_per_run_learning_rates_and_copy_cap_give_every_run_a_result():
     assert all(f is not None and f["pooled_counts"].sum() == 4 for f in out["final"])
     with pytest.raises(ValueError, match="learning rate -1"):
         run_diagnostic(base, [Run("jsd", "u", 0, lr=-1.0)], {"u": [0.2] * 5}, probs, probs, cfg, sample_seed=0)
+
+
+def test_sampling_temperature_tempers_each_copy():
+    """Copy 0 at T=1 and copy 1 at T=2 of the same GRU: each step's log-probabilities are log_softmax(logits / T)
+    of its copy (checked on the first sampled token, whose logits are the prompt's)."""
+    torch.manual_seed(0)
+    policy = GRUPolicy(CharGRU(GRUConfig(embed=8, hidden=16)), 2)
+    ids = torch.randint(3, 90, (1, 4, 6)).expand(2, -1, -1).contiguous()
+    comp, logp, _ = sample(policy, ids, torch.ones_like(ids), 3, torch.Generator().manual_seed(0),
+                           temperature=torch.tensor([1.0, 2.0]))
+    last, _ = policy.start(ids, torch.ones_like(ids))
+    for a, t in enumerate((1.0, 2.0)):
+        ref = torch.log_softmax(last[a].float() / t, -1).gather(-1, comp[a, :, :1])[:, 0]
+        torch.testing.assert_close(logp[a, :, 0], ref)
+    with pytest.raises(ValueError, match="temperature must be > 0"):
+        sample(policy, ids, torch.ones_like(ids), 3, torch.Generator().manual_seed(0), temperature=torch.tensor([1.0, 0.0]))
+
+
+def test_knob_arms_train_evaluate_and_are_selected_on_validation():
+    """C2's baselines through the shared loop: the temperature copy is evaluated at its knob, the entropy copy is
+    trained with its bonus, and select_settings picks an (lr, knob) per knob arm from the grids."""
+    from agentpost.madrl.train import DiagConfig, Run, run_diagnostic, select_settings
+
+    base, probs = _tiny_setup()
+    cfg = DiagConfig(steps=1, prompts_per_step=2, group_size=4, lr=1e-2, eval_prompts=2, eval_samples=3,
+                     max_new_chars=6)
+    runs = [Run("entropy", "u", 0, knob=0.1), Run("temperature", "u", 0, knob=1.5), Run("correctness", "u", 0)]
+    assert [r.eval_temperature for r in runs] == [1.0, 1.5, 1.0]
+    out = run_diagnostic(base, runs, {"u": [0.2] * 5}, probs, probs, cfg, sample_seed=0, progress=False)
+    assert all(f["pooled_counts"].sum() == 6 for f in out["final"])
+    lr, knob, rows = select_settings(base, ("correctness", "entropy", "temperature"), {"u": [0.2] * 5}, probs,
+                                     probs, cfg, [1e-3, 1e-2], seed=0, progress=False,
+                                     knob_grids={"entropy": [0.1, 1.0], "temperature": [1.5]})
+    assert set(lr) == {"correctness", "entropy", "temperature"} and set(knob) == {"entropy", "temperature"}
+    assert knob["entropy"] in (0.1, 1.0) and knob["temperature"] == 1.5
+    assert len(rows) == 2 * (1 + 2 + 1)  # lr x (correctness, entropy x 2 knobs, temperature x 1 knob)
+    best = min((r for r in rows if r["arm"] == "entropy"), key=lambda r: (r["score"], r["lr"], r["knob"]))
+    assert (lr["entropy"], knob["entropy"]) == (best["lr"], best["knob"])  # one target: the mean is the score
+    with pytest.raises(ValueError, match="non-empty grid of positive knobs"):
+        select_settings(base, ("entropy",), {"u": [0.2] * 5}, probs, probs, cfg, [1e-3], seed=0, progress=False)
 
 
 def test_validation_split_is_fixed_disjoint_and_from_train():
