@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -124,7 +125,7 @@ def completion_nll(model: CharGRU, seq: torch.Tensor, n_prompt: int) -> torch.Te
 
 
 def pretrain(config: GRUConfig, *, steps: int, batch_size: int, lr: float, seed: int,
-             out_dir: Path | None) -> tuple[CharGRU, dict]:
+             out_dir: Path | None, command: str = TRAIN_COMMAND) -> tuple[CharGRU, dict]:
     """Next-character pretraining on GSM8K train first annotations (AdamW, warmup-cosine, clip 1.0); returns the
     model and its receipt, and writes both to ``out_dir`` unless it is None."""
     from tqdm.auto import tqdm
@@ -158,7 +159,7 @@ def pretrain(config: GRUConfig, *, steps: int, batch_size: int, lr: float, seed:
     receipt = {
         "artifact": "gsm8k-char-gru",
         "script": "agentpost/madrl/gru.py",
-        "command": TRAIN_COMMAND,
+        "command": command,
         "config": asdict(config),
         "steps": steps, "batch_size": batch_size, "lr": lr, "seed": seed,
         "parameters": sum(p.numel() for p in model.parameters()),
@@ -179,13 +180,14 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=ASSET_DIR)
     ap.add_argument("--hidden", type=int, default=GRUConfig.hidden)
     ap.add_argument("--layers", type=int, default=GRUConfig.layers)
-    ap.add_argument("--steps", type=int, default=3000)
+    ap.add_argument("--steps", type=int, default=1200)
     ap.add_argument("--batch-size", type=int, default=64)
-    ap.add_argument("--lr", type=float, default=3e-3)
+    ap.add_argument("--lr", type=float, default=5e-3)
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
     _, receipt = pretrain(GRUConfig(hidden=args.hidden, layers=args.layers), steps=args.steps,
-                       batch_size=args.batch_size, lr=args.lr, seed=args.seed, out_dir=args.out)
+                       batch_size=args.batch_size, lr=args.lr, seed=args.seed, out_dir=args.out,
+                       command=" ".join([TRAIN_COMMAND, *sys.argv[1:]]))
     print(json.dumps(receipt, indent=2))
 
 
