@@ -55,17 +55,18 @@ def _inputs(B, T, H, dk, dv, seed, *, cosine=0.0, beta_min=0.0, alpha_min=0.8):
     """Unit keys whose mean pairwise cosine is about ``cosine`` (a shared direction with weight sqrt(cosine)),
     beta uniform in [beta_min, 1], alpha = e^g uniform in [alpha_min, 1] (alpha_min = 1: no decay)."""
     gen = torch.Generator().manual_seed(seed)
-    shared = torch.nn.functional.normalize(torch.randn(B, 1, H, dk, generator=gen), dim=-1)
-    own = torch.nn.functional.normalize(torch.randn(B, T, H, dk, generator=gen), dim=-1)
+    shared = torch.nn.functional.normalize(torch.randn(B, 1, H, dk, generator=gen, device="cpu"), dim=-1)
+    own = torch.nn.functional.normalize(torch.randn(B, T, H, dk, generator=gen, device="cpu"), dim=-1)
     k = torch.nn.functional.normalize(cosine ** 0.5 * shared + (1 - cosine) ** 0.5 * own, dim=-1)
-    q = torch.randn(B, T, H, dk, generator=gen)
-    v = torch.randn(B, T, H, dv, generator=gen)
-    beta = beta_min + (1 - beta_min) * torch.rand(B, T, H, generator=gen)
-    g = torch.log(alpha_min + (1 - alpha_min) * torch.rand(B, T, H, generator=gen))
+    q = torch.randn(B, T, H, dk, generator=gen, device="cpu")
+    v = torch.randn(B, T, H, dv, generator=gen, device="cpu")
+    beta = beta_min + (1 - beta_min) * torch.rand(B, T, H, generator=gen, device="cpu")
+    g = torch.log(alpha_min + (1 - alpha_min) * torch.rand(B, T, H, generator=gen, device="cpu"))
     return [x.to(DEVICE) for x in (q, k, v, g, beta)]
 
 
 def _rel(x, ref):
+    ref = ref.cpu().double()
     return float((x.cpu().double() - ref).abs().max() / ref.abs().max())
 
 
@@ -85,7 +86,7 @@ def _check_against_float64(inputs, S0, chunk, precision, **drift_kw):
 def test_correlated_keys_are_what_the_builder_says():
     _, k, _, _, _ = _inputs(1, 200, 1, 64, 8, seed=0, cosine=0.8)
     gram = k[0, :, 0].cpu() @ k[0, :, 0].cpu().T
-    assert gram[~torch.eye(200, dtype=torch.bool)].mean().item() == pytest.approx(0.8, abs=0.05)
+    assert gram[~torch.eye(200, dtype=torch.bool, device="cpu")].mean().item() == pytest.approx(0.8, abs=0.05)
 
 
 @pytest.mark.parametrize("precision", PRECISIONS)
@@ -108,10 +109,10 @@ def test_a_fast_forgetting_head_next_to_a_slow_one_matches_a_float64_recurrence(
     6e-5 on the LM's activations); summed directly, 1.4e-7 here."""
     q, k, v, g, beta = _inputs(1, 150, 2, 64, 64, seed=11, cosine=0.5, beta_min=0.5, alpha_min=0.99)
     gen = torch.Generator().manual_seed(12)
-    fast = torch.rand(1, 150, generator=gen) < 0.5
-    g[..., 1] = torch.where(fast, torch.log(0.001 + 0.05 * torch.rand(1, 150, generator=gen)),
-                            torch.log(0.9 + 0.1 * torch.rand(1, 150, generator=gen))).to(DEVICE)
-    S0 = (torch.randn(1, 2, 64, 64, generator=torch.Generator().manual_seed(13))).to(DEVICE)
+    fast = torch.rand(1, 150, generator=gen, device="cpu") < 0.5
+    g[..., 1] = torch.where(fast, torch.log(0.001 + 0.05 * torch.rand(1, 150, generator=gen, device="cpu")),
+                            torch.log(0.9 + 0.1 * torch.rand(1, 150, generator=gen, device="cpu"))).to(DEVICE)
+    S0 = (torch.randn(1, 2, 64, 64, generator=torch.Generator().manual_seed(13), device="cpu")).to(DEVICE)
     _check_against_float64([q, k, v, g, beta], S0, 64, precision)
 
 
@@ -120,7 +121,7 @@ def test_a_fast_forgetting_head_next_to_a_slow_one_matches_a_float64_recurrence(
                                                      ("write", "absolute")])
 def test_drift_readings_from_an_initial_state_match_a_float64_recurrence(drift_source, drift_norm, precision):
     inputs = _inputs(2, 100, 2, 64, 48, seed=5, cosine=0.8, beta_min=0.5, alpha_min=0.95)
-    S0 = (torch.randn(2, 2, 64, 48, generator=torch.Generator().manual_seed(7)) * 0.3).to(DEVICE)
+    S0 = (torch.randn(2, 2, 64, 48, generator=torch.Generator().manual_seed(7), device="cpu") * 0.3).to(DEVICE)
     _check_against_float64(inputs, S0, 64, precision, drift_source=drift_source, drift_norm=drift_norm)
 
 
@@ -128,7 +129,7 @@ def test_drift_readings_from_an_initial_state_match_a_float64_recurrence(drift_s
                                                    (100, 32, 80, 64, 16)])
 def test_odd_shapes_and_value_blocks_match_the_reference_and_a_float64_recurrence(T, dk, dv, chunk, block_v):
     q, k, v, g, beta = _inputs(2, T, 3, dk, dv, seed=T + dk)
-    S0 = (torch.randn(2, 3, dk, dv, generator=torch.Generator().manual_seed(7)) * 0.3).to(DEVICE)
+    S0 = (torch.randn(2, 3, dk, dv, generator=torch.Generator().manual_seed(7), device="cpu") * 0.3).to(DEVICE)
     o, s, d = chunk_gated_delta_drift(q, k, v, g, beta, S0, chunk_size=chunk, block_v=block_v)
     o_ref, s_ref, d_ref = chunk_gated_delta_drift_reference(q, k, v, g, beta, S0, chunk_size=chunk)
     o64, s64, d64 = recurrent_gated_delta(*(x.cpu() for x in (q, k, v, g, beta)), initial_state=S0.cpu(),
