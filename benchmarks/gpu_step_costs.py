@@ -8,15 +8,15 @@ kernel in eager mode) and the FLOPs (``torch.utils.flop_counter``), then predict
 
 LAUNCH_US = 33.1 us is the eager PyTorch cost per operator when the GPU is idle between kernels (CPU-side dispatch
 plus ``cudaLaunchKernel``: the regime of every model in this project). It is MEASURED: the first GPU run (one H200,
-2026-12-04, torch 2.11, receipt benchmarks/receipts/2026-12-04-h200/gpu_step_costs.json) timed the seven steps
-below at batch 1, where each is launch-bound, and measured milliseconds / counted launches gave 25.6 us (KITE SST
-update) to 39.8 us (OPSD update) per launch: tool LM update 36.7, decode 38.7; OPSD update 39.8, decode 32.0;
-MaD-RL decode 30.6; KITE update 25.6; DeltaS hybrid update 33.1; LAUNCH_US is their median (the mean is 33.8; the
-batch-1 FLOPs, at most 2.6 ms of a step at the rate below, are left in, so it slightly over-counts). The 10 us
-assumed before that run was 3.3x too low. SUSTAINED_FLOPS = 15 TFLOP/s stays an ASSUMPTION (no step was timed at a
-batch where FLOPs dominate): about a quarter of the H200's fp32 (non-tensor-core) peak of 67 TFLOP/s, the rate
-small eager fp32 matrices reach (torch leaves TF32 off for matmuls by default). Counting is exact; the seconds are
-a model.
+2026-12-04, torch 2.11, receipt benchmarks/receipts/2026-12-04-h200/gpu_step_costs.json) timed the seven steps then
+in ``steps()`` (the two generate calls came after) at batch 1, where each is launch-bound, and measured milliseconds
+/ counted launches gave 25.6 us (KITE SST update) to 39.8 us (OPSD update) per launch: tool LM update 36.7, decode
+38.7; OPSD update 39.8, decode 32.0; MaD-RL decode 30.6; KITE update 25.6; DeltaS hybrid update 33.1; LAUNCH_US is
+their median (the mean is 33.8; the batch-1 FLOPs, at most 2.6 ms of a step at the rate below, are left in, so it
+slightly over-counts). The 10 us assumed before that run was 3.3x too low. SUSTAINED_FLOPS = 15 TFLOP/s stays an
+ASSUMPTION (no step was timed at a batch where FLOPs dominate): about a quarter of the H200's fp32 (non-tensor-core)
+peak of 67 TFLOP/s, the rate small eager fp32 matrices reach (torch leaves TF32 off for matmuls by default).
+Counting is exact; the seconds are a model.
 
 Training steps are counted at batch 1 (launches do not grow with the batch; FLOPs are scaled by the batch). The
 counts do not depend on the machine, only on torch and transformers versions. With ``--device cuda`` each step is
