@@ -6,11 +6,17 @@ kernel in eager mode) and the FLOPs (``torch.utils.flop_counter``), then predict
 
     t_step = launches x LAUNCH_US + FLOPs / SUSTAINED_FLOPS
 
-LAUNCH_US = 10 us is the eager PyTorch cost per operator when the GPU is idle between kernels (CPU-side dispatch
-plus ``cudaLaunchKernel``: the regime of every model in this project); SUSTAINED_FLOPS = 15 TFLOP/s is about a
-quarter of the H200's fp32 (non-tensor-core) peak of 67 TFLOP/s, the rate small eager fp32 matrices reach (torch
-leaves TF32 off for matmuls by default). Both are assumptions until the first GPU run measures them (the kernel
-benchmarks report achieved bandwidth and GFLOP/s). Counting is exact; the seconds are a model.
+LAUNCH_US = 33.1 us is the eager PyTorch cost per operator when the GPU is idle between kernels (CPU-side dispatch
+plus ``cudaLaunchKernel``: the regime of every model in this project). It is MEASURED: the first GPU run (one H200,
+2026-12-04, torch 2.11, receipt benchmarks/receipts/2026-12-04-h200/gpu_step_costs.json) timed the seven steps then
+in ``steps()`` (the two generate calls came after) at batch 1, where each is launch-bound, and measured milliseconds
+/ counted launches gave 25.6 us (KITE SST update) to 39.8 us (OPSD update) per launch: tool LM update 36.7, decode
+38.7; OPSD update 39.8, decode 32.0; MaD-RL decode 30.6; KITE update 25.6; DeltaS hybrid update 33.1; LAUNCH_US is
+their median (the mean is 33.8; the batch-1 FLOPs, at most 2.6 ms of a step at the rate below, are left in, so it
+slightly over-counts). The 10 us assumed before that run was 3.3x too low. SUSTAINED_FLOPS = 15 TFLOP/s stays an
+ASSUMPTION (no step was timed at a batch where FLOPs dominate): about a quarter of the H200's fp32 (non-tensor-core)
+peak of 67 TFLOP/s, the rate small eager fp32 matrices reach (torch leaves TF32 off for matmuls by default).
+Counting is exact; the seconds are a model.
 
 Training steps are counted at batch 1 (launches do not grow with the batch; FLOPs are scaled by the batch). The
 counts do not depend on the machine, only on torch and transformers versions. With ``--device cuda`` each step is
@@ -36,8 +42,13 @@ from torch.utils.flop_counter import FlopCounterMode
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-LAUNCH_US = 10.0
+LAUNCH_US = 33.1  # us per launch: median of the 2026-12-04 H200 run's seven steps (docstring)
 SUSTAINED_FLOPS = 15e12
+
+
+def model_ms(launches: int, flops: float) -> float:
+    """The model's milliseconds of one step: ``launches x LAUNCH_US + FLOPs / SUSTAINED_FLOPS`` (module docstring)."""
+    return launches * LAUNCH_US / 1e3 + flops / SUSTAINED_FLOPS * 1e3
 
 
 class CountLaunches(TorchDispatchMode):
@@ -114,6 +125,20 @@ def _decode_step(model, batch: int, context: int, device: str):
     return step
 
 
+def _generate_step(model, batch: int, context: int, new_tokens: int, sample: bool, device: str):
+    """One Hugging Face ``generate`` call of exactly ``new_tokens`` tokens for ``batch`` rows after ``context`` tokens:
+    the prefill, one forward per further token, and generate's own per-token operators (sampling, stopping checks)."""
+    model = model.to(device).eval()
+    ids = torch.randint(2, model.config.vocab_size, (batch, context), device=device)
+    kwargs = dict(max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=sample, pad_token_id=0,
+                  eos_token_id=1)
+
+    def step():
+        with torch.no_grad():
+            model.generate(ids, **kwargs)
+    return step
+
+
 def _lm_train(model, seq_len: int, device: str):
     model = model.to(device)
     ids = torch.randint(2, model.config.vocab_size, (1, seq_len), device=device)
@@ -159,6 +184,10 @@ def steps() -> dict:
                               lambda d: _lm_train(opsd_lm(), 160, d)),
         "opsd_lm_decode": ("OPSD a100 LM one decode token, 32 rows after 64", 1,
                            lambda d: _decode_step(opsd_lm(), 32, 64, d)),
+        "opsd_lm_generate_16": ("OPSD a100 LM generate call, 32 rows after 64, 16 sampled tokens (an OPSD rollout)", 1,
+                                lambda d: _generate_step(opsd_lm(), 32, 64, 16, True, d)),
+        "tool_lm_generate_6": ("tool LM generate call, 1024-token prompt + 6 greedy tokens (a codeskills decision)", 1,
+                               lambda d: _generate_step(_qwen3(tool_lm_config()), 1, 1024, 6, False, d)),
         "madrl_lm_decode": ("MaD-RL annotation LM one decode token, 128 rows after 96 (one copy)", 1,
                             lambda d: _decode_step(annotation_lm(), 128, 96, d)),
         "kite_sst_train_256": ("KITE SST (d 256, 2+2) update, one 256-token row", 32, _kite_sst),
@@ -191,7 +220,7 @@ def main(argv=None) -> int:
             rows.append({"step": name, "what": what, "failed": f"{type(e).__name__}: {e}"})
             continue
         flops *= batch
-        ms = launches * LAUNCH_US / 1e3 + flops / SUSTAINED_FLOPS * 1e3
+        ms = model_ms(launches, flops)
         rows.append({"step": name, "what": what, "launches": launches, "gflop": flops / 1e9, "batch": batch,
                      "model_ms": ms, "measured_ms_batch1": measured, "device": args.device})
         shown = "-" if measured is None else f"{measured:7.1f}"

@@ -36,7 +36,8 @@ QUICK = {
     "toolsearcher_variants.py": ["--steps", "3"],
     "walkthroughs.py": ["--repeats", "5"],
 }
-EXCLUDED = {"kernel_path_spread.py": "re-runs chapters per kernel path (hours); run it by hand with chapter names",
+EXCLUDED = {"actkv_launch_count.py": "counts launches behind the actkv GPU prediction (minutes, needs shared data)",
+            "kernel_path_spread.py": "re-runs chapters per kernel path (hours); run it by hand with chapter names",
             "gpu_plan.py": "the GPU machine's plan behind gpu_all.sh (rehearsed by tests/e2e/test_gpu_all.py)"}
 
 

@@ -37,6 +37,30 @@ def test_every_a100_profile_is_predicted_to_fit_ten_minutes_per_seed():
     assert all("a100-hub" not in " ".join(i.argv) for i in plan.items)  # the lent machine has no network
 
 
+def test_launch_cost_is_the_median_measured_on_the_first_gpu_run():
+    """LAUNCH_US is the median of measured ms / counted launches over the seven steps the H200 run timed
+    (benchmarks/receipts/2026-12-04-h200/gpu_step_costs.json; by hand: 25.6, 30.6, 32.0, 33.1, 36.7, 38.7, 39.8)."""
+    import json
+    import statistics
+
+    import gpu_step_costs
+
+    rows = json.loads((ROOT / "benchmarks/receipts/2026-12-04-h200/gpu_step_costs.json").read_text())["rows"]
+    per_launch_us = sorted(r["measured_ms_batch1"] * 1e3 / r["launches"] for r in rows)
+    assert [round(u, 1) for u in per_launch_us] == [25.6, 30.6, 32.0, 33.1, 36.7, 38.7, 39.8]
+    assert gpu_step_costs.LAUNCH_US == pytest.approx(statistics.median(per_launch_us), abs=0.05)
+
+
+def test_step_model_adds_launches_and_flops():
+    """t = launches x LAUNCH_US + FLOPs / SUSTAINED_FLOPS; by hand for the tool LM update (759 launches, 750.5
+    GFLOP): 759 x 33.1 us = 25.12 ms, 750.5e9 / 15e12 s = 50.03 ms, 75.16 ms in all."""
+    import gpu_step_costs
+
+    assert (gpu_step_costs.LAUNCH_US, gpu_step_costs.SUSTAINED_FLOPS) == (33.1, 15e12)
+    assert gpu_step_costs.model_ms(759, 750.5e9) == pytest.approx(75.16, abs=0.01)
+    assert gpu_step_costs.model_ms(238, 0.0) == pytest.approx(7.8778)  # 238 x 33.1 us
+
+
 def test_order_is_kernels_then_benchmarks_then_profiles_by_predicted_minutes():
     plan = load_plan()
     kinds = [i.kind for i in plan.items]
