@@ -18,6 +18,7 @@ import re
 from dataclasses import replace
 
 import numpy as np
+import pandas as pd
 from tqdm.auto import tqdm
 
 from agentpost.muser.model import MuSeRConfig
@@ -53,6 +54,28 @@ def arm_config(arm: str, base: MuSeRConfig, *, num_interests: int, ortho_lambda:
                    align_weight=align_weight if steps >= 5 else 0.0, split_serving=steps >= 5)
 
 
+def history_lengths(split) -> np.ndarray:
+    """Length of every evaluated user's test history (all of the user's ratings before the test target), in the
+    order of ``split.test`` (the order of the per-user outcomes of :func:`run_arms`)."""
+    return np.array([len(h) for h in split.test.history], dtype=np.int64)
+
+
+def history_length_table(splits: dict, thresholds: dict) -> pd.DataFrame:
+    """How long the evaluated users' histories are, one row per split (``splits``: label -> leave-last-out split):
+    the number of evaluated users, median, 90th percentile and max history length, and for every threshold
+    (``thresholds``: column label -> length) the number and share of users whose history is longer than it."""
+    rows = []
+    for label, split in splits.items():
+        lens = history_lengths(split)
+        row = {"data": label, "evaluated users": len(lens), "median": float(np.median(lens)),
+               "p90": float(np.percentile(lens, 90)), "max": int(lens.max())}
+        for name, length in thresholds.items():
+            row[f"users > {name}"] = int((lens > length).sum())
+            row[f"share > {name}"] = round(float((lens > length).mean()), 4)
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
 def item_texts(movies, mode: str = "full") -> list[str]:
     """Each movie's text in item order: ``full`` = "Title (Year). Genres: ..." (:meth:`Movie.text`), ``year`` =
     "Released in YYYY." (no title, no genres; "Release year unknown." when the title has no year)."""
@@ -73,10 +96,12 @@ def semantic_matrix(data, mode: str = "full") -> np.ndarray:
 
 def run_arms(arms, base: MuSeRConfig, tc: TrainConfig, split, seed: int, *, num_interests: int,
              ortho_lambda: float, align_weight: float, semantic: dict | None = None, ks=(10, 50),
-             progress: bool = True) -> dict:
+             progress: bool = True, device="cpu") -> dict:
     """Train every arm once at ``seed`` and evaluate it: {arm: {"validation", "test": per-user metrics,
     "history", "wall_s", "updates", "checkpoint"}}. ``semantic`` maps a text mode (:data:`TEXT_MODE`) to its
-    embedding matrix. ``popularity`` (training counts) makes no updates and starts from no weights."""
+    embedding matrix. ``popularity`` (training counts) makes no updates and starts from no weights. Learned arms
+    train and are evaluated on ``device`` (:func:`agentpost.muser.train.train_model`); popularity stays on the CPU;
+    the per-user metrics come back as numpy arrays either way."""
     out: dict = {}
     for arm in tqdm(arms, desc="arms", disable=not progress, mininterval=5.0):
         cfg = arm_config(arm, base, num_interests=num_interests, ortho_lambda=ortho_lambda, align_weight=align_weight)
@@ -90,7 +115,7 @@ def run_arms(arms, base: MuSeRConfig, tc: TrainConfig, split, seed: int, *, num_
             sem = (semantic or {}).get(TEXT_MODE[arm])
             if sem is None:
                 raise ValueError(f"arm {arm!r} needs the semantic matrix of text mode {TEXT_MODE[arm]!r}")
-        trained = train_model(cfg, tc, split.train, seed, sem, progress=False)
+        trained = train_model(cfg, tc, split.train, seed, sem, progress=False, device=device)
         out[arm] = {"validation": evaluate(trained.model, split.validation.history, split.validation.target, ks=ks),
                     "test": evaluate(trained.model, split.test.history, split.test.target, ks=ks),
                     "history": trained.history, "wall_s": trained.wall_s, "updates": trained.updates,

@@ -194,8 +194,9 @@ class SASRec(nn.Module):
         b, n = hist.shape
         valid = hist > 0
         i = torch.arange(n, device=hist.device)
-        allowed = (i[None, :] <= i[:, None])[None] & (valid[:, None, :] | torch.eye(n, dtype=torch.bool)[None])
-        mask = torch.zeros(b, n, n).masked_fill(~allowed, float("-inf"))
+        allowed = (i[None, :] <= i[:, None])[None] & (valid[:, None, :]
+                                                      | torch.eye(n, dtype=torch.bool, device=hist.device)[None])
+        mask = torch.zeros(b, n, n, device=hist.device).masked_fill(~allowed, float("-inf"))
         mask = mask.repeat_interleave(self.cfg.heads, dim=0)
         h = self.encoder(self.items(hist) * self.cfg.dim**0.5 + self.pos, mask=mask)
         return self.norm(h[:, -1:])

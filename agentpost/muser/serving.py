@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from agentpost.muser.train import history_windows, ranking_metrics, target_ranks
+from agentpost.muser.train import history_windows, model_device, ranking_metrics, target_ranks
 
 POLICIES = ("actions", "time", "never")
 
@@ -88,10 +88,12 @@ def policy_lengths(rep: Replay, t_cut: int, policy: str, interval: float) -> np.
 
 @torch.no_grad()
 def cached_scores(model, histories: list[np.ndarray], r: np.ndarray) -> torch.Tensor:
-    """Scores (B, N) with the long part from ``history[:r]`` (cached) and the short part from the full history."""
-    w = model.window
-    u_long, has_long, _ = model.long_short(torch.from_numpy(history_windows([h[:k] for h, k in zip(histories, r)], w)))
-    _, _, u_short = model.long_short(torch.from_numpy(history_windows(histories, w)))
+    """Scores (B, N) with the long part from ``history[:r]`` (cached) and the short part from the full history, on
+    the model's device."""
+    w, dev = model.window, model_device(model)
+    cached = history_windows([h[:k] for h, k in zip(histories, r)], w)
+    u_long, has_long, _ = model.long_short(torch.from_numpy(cached).to(dev))
+    _, _, u_short = model.long_short(torch.from_numpy(history_windows(histories, w)).to(dev))
     return model.score(model.fuse(u_long, has_long, u_short), model.items.all_items())
 
 

@@ -4,6 +4,12 @@ Every training prefix (user, t) with t >= 1 is one example: history x_1..x_t (th
 left-padded), positives x_{t+1..t+K} (muser.md section 6). Ranking is over the **whole catalogue** with the user's
 already-seen items removed (no sampled candidates); ties are broken by item index (lower first), so a constant
 score ranks deterministically and never optimistically.
+
+Device (issue 30): training and evaluation run on ``device`` ("cpu", the default, or "cuda"). The model is built and
+fingerprinted on the CPU and then moved, batches are cut on the CPU and moved, and the sampled negatives are drawn
+from a CPU generator and moved, so a seed gives the same initial weights, batch order and negatives on both devices
+(dropout masks come from the device's own generator, so CUDA results match the CPU's within float tolerance, not
+bit for bit). On the CPU nothing is moved: the results are the ones this module gave before it had a device.
 """
 
 from __future__ import annotations
@@ -39,6 +45,21 @@ class TrainConfig:
             raise ValueError("epochs, batch_size, next_k must be >= 1 and lr > 0")
 
 
+def resolve_device(device) -> torch.device:
+    """``device`` ("cpu", "cuda", "cuda:N" or a :class:`torch.device`) checked: CUDA must be available if asked for."""
+    dev = torch.device(device)
+    if dev.type not in ("cpu", "cuda"):
+        raise ValueError(f"device must be cpu or cuda, got {device!r}")
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device {device!r} asked for, but torch.cuda.is_available() is False on this machine")
+    return dev
+
+
+def model_device(model: torch.nn.Module) -> torch.device:
+    """Where a model's weights are (every model here has parameters)."""
+    return next(model.parameters()).device
+
+
 def windows(seqs: list[np.ndarray], users: np.ndarray, ends: np.ndarray, window: int) -> np.ndarray:
     """(B, window) item ids: the ``window`` items before position ``ends`` of each user's sequence, left-padded."""
     out = np.zeros((len(users), window), dtype=np.int64)
@@ -72,18 +93,19 @@ def next_items(train: list[np.ndarray], users: np.ndarray, ends: np.ndarray, k: 
 
 def batch_loss(model, hist: torch.Tensor, pos: torch.Tensor, cfg: MuSeRConfig, tc: TrainConfig,
                gen: torch.Generator) -> tuple[torch.Tensor, dict]:
-    """Next-K contrastive loss (+ orthogonality + alignment) of one batch."""
+    """Next-K contrastive loss (+ orthogonality + alignment) of one batch (on the device of ``hist``/``pos``; the
+    sampled negatives are drawn from ``gen``, a CPU generator, and moved there)."""
     u = model(hist)
     n = cfg.n_items
     pos_mask = pos > 0
     if tc.negatives == "full":
-        neg_ids = torch.arange(1, n + 1)
+        neg_ids = torch.arange(1, n + 1, device=pos.device)
     else:
         parts = []
         if tc.negatives in ("in_batch", "both"):
             parts.append(pos[pos_mask].unique())
         if tc.negatives in ("sampled", "both"):
-            parts.append(torch.randint(1, n + 1, (tc.n_sampled,), generator=gen))
+            parts.append(torch.randint(1, n + 1, (tc.n_sampled,), generator=gen).to(pos.device))
         neg_ids = torch.cat(parts)
     item_vecs = model.items(torch.cat([pos.reshape(-1), neg_ids]))
     pos_vecs = item_vecs[:pos.numel()].view(*pos.shape, -1)
@@ -118,13 +140,16 @@ class Trained(NamedTuple):
 
 
 def train_model(cfg: MuSeRConfig, tc: TrainConfig, train: list[np.ndarray], seed: int, semantic=None,
-                progress: bool = True) -> Trained:
-    """Train one arm from scratch at ``seed`` (initialisation, batch order and sampled negatives)."""
+                progress: bool = True, device="cpu") -> Trained:
+    """Train one arm from scratch at ``seed`` (initialisation, batch order and sampled negatives) on ``device``; the
+    trained model stays there."""
+    dev = resolve_device(device)
     torch.manual_seed(seed)
     rng = np.random.default_rng(seed)
     gen = torch.Generator().manual_seed(seed)
     model = build_model(cfg, semantic)
-    checkpoint = fingerprint(model.state_dict())
+    checkpoint = fingerprint(model.state_dict())      # on the CPU, before the move: the same on every device
+    model.to(dev)
     opt = torch.optim.Adam(model.parameters(), lr=tc.lr)
     users, ends = prefixes(train)
     if len(users) == 0:
@@ -140,8 +165,8 @@ def train_model(cfg: MuSeRConfig, tc: TrainConfig, train: list[np.ndarray], seed
             sums: dict[str, float] = {}
             for start in range(0, len(order), tc.batch_size):
                 idx = order[start:start + tc.batch_size]
-                loss, parts = batch_loss(model, torch.from_numpy(hist_all[idx]), torch.from_numpy(pos_all[idx]),
-                                         cfg, tc, gen)
+                loss, parts = batch_loss(model, torch.from_numpy(hist_all[idx]).to(dev),
+                                         torch.from_numpy(pos_all[idx]).to(dev), cfg, tc, gen)
                 opt.zero_grad()
                 loss.backward()
                 opt.step()
@@ -156,16 +181,17 @@ def train_model(cfg: MuSeRConfig, tc: TrainConfig, train: list[np.ndarray], seed
 
 def target_ranks(scores: torch.Tensor, targets: torch.Tensor, seen: list[np.ndarray]) -> np.ndarray:
     """0-based rank of each target among all items 1..N (``scores`` (B, N) for items 1..N), seen items removed,
-    ties broken by item index."""
+    ties broken by item index. Computed on the device of ``scores``; the ranks come back to the CPU (numpy) here,
+    the one place where evaluation leaves the device."""
     s = scores.clone()
     for r, h in enumerate(seen):
         if len(h):
-            s[r, torch.as_tensor(h - 1)] = float("-inf")
-    t = targets - 1
+            s[r, torch.as_tensor(h - 1, device=s.device)] = float("-inf")
+    t = targets.to(s.device) - 1
     st = s.gather(1, t[:, None])
-    idx = torch.arange(s.shape[1])[None, :]
+    idx = torch.arange(s.shape[1], device=s.device)[None, :]
     better = (s > st) | ((s == st) & (idx < t[:, None]))
-    return better.sum(1).numpy()
+    return better.sum(1).cpu().numpy()
 
 
 def ranking_metrics(ranks: np.ndarray, ks=(10, 50)) -> dict[str, np.ndarray]:
@@ -182,12 +208,13 @@ def ranking_metrics(ranks: np.ndarray, ks=(10, 50)) -> dict[str, np.ndarray]:
 @torch.no_grad()
 def evaluate(model, histories: list[np.ndarray], targets: np.ndarray, *, batch_size: int = 512,
              ks=(10, 50)) -> dict[str, np.ndarray]:
-    """Full-catalogue per-user metrics of a trained model."""
+    """Full-catalogue per-user metrics of a trained model, computed on the model's device."""
+    dev = model_device(model)
     items = model.items.all_items()
     ranks = []
     for s in range(0, len(targets), batch_size):
         h = histories[s:s + batch_size]
-        u = model(torch.from_numpy(history_windows(h, model.window)))
+        u = model(torch.from_numpy(history_windows(h, model.window)).to(dev))
         ranks.append(target_ranks(model.score(u, items), torch.as_tensor(targets[s:s + batch_size]), h))
     return ranking_metrics(np.concatenate(ranks), ks)
 
