@@ -20,7 +20,7 @@ def _synthetic_split(n_users: int = 80, n_items: int = 60, seed: int = 0) -> Spl
     """Synthetic leave-last-out split: each user walks through a contiguous block of items with small jumps."""
     rng = np.random.default_rng(seed)
     seqs = []
-    for u in range(n_users):
+    for _ in range(n_users):
         start, length = rng.integers(0, n_items), rng.integers(6, 30)
         seqs.append(((start + np.cumsum(rng.integers(1, 4, length))) % n_items + 1).astype(np.int64))
     users = np.arange(n_users)
