@@ -98,9 +98,13 @@ class Bot:
             self.__dict__.pop(attr, None)
         if not self.done:
             self.visited.add(self.pos)
-            cm = self.cmap()
-            seen = cm >= 0
-            self.terrain[seen] = cm[seen]
+            self._observe_terrain()
+
+    def _observe_terrain(self) -> None:
+        """Remember the terrain of every square the glyphs show (kept when a monster or item later covers it)."""
+        cm = self.cmap()
+        seen = cm >= 0
+        self.terrain[seen] = cm[seen]
 
     @property
     def done(self) -> bool:

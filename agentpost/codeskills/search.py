@@ -64,13 +64,8 @@ class ModelBot(Bot):
             obs[key] = np.array(bot.obs[key], copy=True)
         self._set(obs)
 
-    def _set(self, obs: dict) -> None:
-        """As :meth:`Bot._set` without reading terrain back from the glyphs: the model writes terrain itself."""
-        self.obs = obs
-        for attr in self.CACHED:
-            self.__dict__.pop(attr, None)
-        if not self.done:
-            self.visited.add(self.pos)
+    def _observe_terrain(self) -> None:
+        """No terrain is read back from the glyphs: the model writes terrain itself."""
 
     def _floor(self, x: int, y: int) -> int:
         t = int(self.terrain[y, x])
