@@ -1,11 +1,12 @@
 """The diagnostic's policy and training arms (graft.md, "Public small-model diagnostic"; Algorithm 1).
 
 A tabular autoregressive softmax policy over canonical states. Each environment action is emitted as a sequence of
-``tokens_per_action`` tokens (:class:`ActionCode`: the action's base-k digits, most significant first, over the
-smallest alphabet k with k^L >= the number of actions; prefixes that lead to no action are masked), as an LLM emits
-a turn as several tokens; the policy has one row of k logits per (exact state hash, token prefix), created at first
-visit and initialised to 0, so every action starts equally likely. With one token per action it is the plain
-per-state softmax over actions. One update (Algorithm 1): ``groups_per_update`` groups of ``group_size`` rollouts
+tokens (:class:`ActionCode`: the action's base-``token_base`` digits, most significant first, as few as name every
+action; prefixes that lead to no action are masked), as an LLM emits a turn as several tokens; the policy has one
+row of logits per (exact state hash, token prefix), created at first visit and initialised to 0, so every allowed
+token starts equally likely (every action too when the number of actions is a power of the base, as MiniHack's
+eight moves in three binary tokens or the gridworld's four in two). ``token_base`` 0 (or >= the number of actions)
+is one token per action: the plain per-state softmax over actions. One update (Algorithm 1): ``groups_per_update`` groups of ``group_size`` rollouts
 (each group shares its NetHack seeds, i.e. one task), step credit per group by the arm's method
 (:func:`agentpost.graft.credit.step_credit`), every token of a step carrying its step's advantage, then
 ``ppo_epochs`` gradient steps on :func:`agentpost.graft.advantages.grpo_c_objective`: GRPO-C (one geometric-mean
@@ -43,14 +44,18 @@ ARMS = ("grpo", "gigpo", "graft_td", "graft_gae")
 
 
 class ActionCode:
-    """Action a <-> its ``length`` base-``base`` digits (most significant first), ``base`` the smallest alphabet with
-    base^length >= n_actions. :meth:`allowed` gives the tokens that can follow a prefix and still name an action."""
+    """Action a <-> its ``length`` base-``base`` digits (most significant first), ``length`` the fewest digits with
+    base^length >= n_actions; ``base`` 0 means one token per action (base = n_actions). :meth:`allowed` gives the
+    tokens that can follow a prefix and still name an action."""
 
-    def __init__(self, n_actions: int, length: int = 1):
-        if n_actions < 1 or length < 1:
-            raise ValueError(f"ActionCode needs n_actions >= 1 and length >= 1, got {n_actions}, {length}")
-        self.n_actions, self.length = n_actions, length
-        self.base = next(k for k in range(1, n_actions + 1) if k ** length >= n_actions)
+    def __init__(self, n_actions: int, base: int = 0):
+        if n_actions < 1 or base < 0 or base == 1:
+            raise ValueError(f"ActionCode needs n_actions >= 1 and base 0 or >= 2, got {n_actions}, {base}")
+        self.n_actions = n_actions
+        self.base = min(base, n_actions) if base else n_actions
+        self.length = 1
+        while self.base ** self.length < n_actions:
+            self.length += 1
 
     def encode(self, action: int) -> tuple[int, ...]:
         return tuple((action // self.base ** (self.length - 1 - i)) % self.base for i in range(self.length))
@@ -73,9 +78,9 @@ class TabularSoftmax:
     exact state hash; unseen rows start at 0. The action probability is the product of its tokens' probabilities
     (with one token per action: pi(a | s) = softmax(theta[phi(s)]))."""
 
-    def __init__(self, n_actions: int, capacity: int = 256, tokens_per_action: int = 1):
+    def __init__(self, n_actions: int, capacity: int = 256, token_base: int = 0):
         self.n_actions = n_actions
-        self.code = ActionCode(n_actions, tokens_per_action)
+        self.code = ActionCode(n_actions, token_base)
         self.rows: dict[tuple, int] = {}
         self.table = np.zeros((capacity, self.code.base), dtype=np.float64)
         self.allowed = np.ones((capacity, self.code.base), dtype=bool)
@@ -122,7 +127,7 @@ class TrainConfig:
     groups_per_update: int = 1
     group_size: int = 8
     lr: float = 2.0
-    tokens_per_action: int = 1
+    token_base: int = 0
     ratio_level: str = "sequence"
     clip_eps: float = 0.2
     ppo_epochs: int = 2
@@ -135,8 +140,9 @@ class TrainConfig:
             raise ValueError(f"method must be one of {sorted(ARM_SPECS)}, got {self.method!r}")
         if self.ratio_level not in ("sequence", "token"):
             raise ValueError(f"ratio_level must be 'sequence' (GRPO-C) or 'token' (PPO), got {self.ratio_level!r}")
-        for name in ("updates", "groups_per_update", "group_size", "ppo_epochs", "eval_episodes",
-                     "tokens_per_action"):
+        if self.token_base < 0 or self.token_base == 1:
+            raise ValueError(f"token_base must be 0 (one token per action) or >= 2, got {self.token_base}")
+        for name in ("updates", "groups_per_update", "group_size", "ppo_epochs", "eval_episodes"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if not self.lr > 0:
@@ -204,7 +210,7 @@ def train_arm(env, cfg: TrainConfig, seed: int, *, keep_group: int | None = None
     method, credit_overrides, train_overrides = ARM_SPECS[cfg.method]
     credit_cfg = replace(cfg.credit, **credit_overrides)
     cfg = replace(cfg, **train_overrides)
-    policy = TabularSoftmax(env.n_actions, tokens_per_action=cfg.tokens_per_action)
+    policy = TabularSoftmax(env.n_actions, token_base=cfg.token_base)
     init = fingerprint(policy.table)
     t_start, t_credit = time.perf_counter(), 0.0
     history, stats, kept, train_success = [], [], None, {}

@@ -72,29 +72,30 @@ def test_tabular_policy_starts_uniform_and_grows():
 
 
 def test_action_code_digits_and_masks():
-    code = ActionCode(8, 3)  # MiniHack's eight moves as three binary tokens
-    assert code.base == 2 and code.encode(5) == (1, 0, 1) and code.encode(0) == (0, 0, 0)
+    code = ActionCode(8, 2)  # MiniHack's eight moves as three binary tokens
+    assert (code.base, code.length) == (2, 3) and code.encode(5) == (1, 0, 1) and code.encode(0) == (0, 0, 0)
     assert [code.decode(code.encode(a)) for a in range(8)] == list(range(8))
     assert code.allowed(()).tolist() == [True, True]
-    five = ActionCode(5, 2)  # base 3: codes 00..12 name actions 0..4; 20, 21, 22 and 13, 14 name none
-    assert five.base == 3 and five.encode(4) == (1, 1)
+    five = ActionCode(5, 3)  # two base-3 tokens: codes 00..11 name actions 0..4; 12 and 20, 21, 22 name none
+    assert five.length == 2 and five.encode(4) == (1, 1)
     assert five.allowed(()).tolist() == [True, True, False] and five.allowed((1,)).tolist() == [True, True, False]
-    assert ActionCode(4, 1).base == 4 and ActionCode(4, 1).encode(3) == (3,)
-    with pytest.raises(ValueError, match="length"):
-        ActionCode(4, 0)
+    assert (ActionCode(4, 0).base, ActionCode(4, 0).length) == (4, 1) and ActionCode(4, 0).encode(3) == (3,)
+    assert (ActionCode(4, 9).base, ActionCode(4, 2).length) == (4, 2)  # a base above the action count: one token
+    with pytest.raises(ValueError, match="base"):
+        ActionCode(4, 1)
 
 
 def test_multi_token_policy_samples_token_by_token():
     """Uniform rows: with 8 actions in 3 binary tokens each action has probability (1/2)^3; with 5 actions in
     2 base-3 tokens the masked first token is 1/2 each, so actions 0-2 get 1/6 and actions 3-4 get 1/4."""
-    pol = TabularSoftmax(8, capacity=2, tokens_per_action=3)
+    pol = TabularSoftmax(8, capacity=2, token_base=2)
     rng = np.random.default_rng(0)
     counts = np.bincount([pol.act("s", rng)[1] for _ in range(4000)], minlength=8) / 4000
     assert counts == pytest.approx([1 / 8] * 8, abs=0.025)
     assert len(pol.rows) == 7  # the root, two 1-token prefixes, four 2-token prefixes of one state
     decisions, action = pol.act("s", np.random.default_rng(1))
     assert len(decisions) == 3 and pol.code.decode(tuple(t for _, t in decisions)) == action
-    five = TabularSoftmax(5, tokens_per_action=2)
+    five = TabularSoftmax(5, token_base=3)
     counts = np.bincount([five.act("s", rng)[1] for _ in range(6000)], minlength=5) / 6000
     assert counts == pytest.approx([1 / 6] * 3 + [1 / 4] * 2, abs=0.025)
     rows = np.asarray([[five.row("s"), five.row("s", (1,))]])
@@ -105,14 +106,16 @@ def test_multi_token_policy_samples_token_by_token():
 
 def test_token_ppo_arm_equals_grpo_c_on_one_token_and_differs_on_several():
     env = TextGridworld(size=4, max_steps=12)
-    for tokens, equal in ((1, True), (2, False)):
-        base = TrainConfig(updates=4, group_size=6, lr=64.0, eval_episodes=8, tokens_per_action=tokens)
+    for token_base, equal in ((0, True), (2, False)):  # one token per action; two binary tokens per move
+        base = TrainConfig(updates=4, group_size=6, lr=64.0, eval_episodes=8, token_base=token_base)
         runs = run_arms(env, base, 1, ("graft_td", "graft_td_token"), progress=False)
         same = runs["graft_td"]["history"] == runs["graft_td_token"]["history"]
         assert same == equal
     assert TrainConfig(method="graft_td_token").ratio_level == "sequence"  # the arm, not the config, sets it
     with pytest.raises(ValueError, match="ratio_level"):
         TrainConfig(ratio_level="segment")
+    with pytest.raises(ValueError, match="token_base"):
+        TrainConfig(token_base=1)
 
 
 def test_training_arms_share_samples_and_graft_gae_matches_td():
