@@ -169,3 +169,14 @@ def test_bad_train_config_is_named():
         TrainConfig(method="ppo")
     with pytest.raises(ValueError, match="group_size"):
         TrainConfig(group_size=0)
+
+
+def test_headroom_pilot_rows():
+    """The pilot that chose the MiniHack task: one row per (arm, rate) with one success value per seed."""
+    from agentpost.graft.pilot import headroom_rows
+
+    rows = list(headroom_rows("gridworld", max_steps=12, updates=2, arms=["grpo", "graft_td"], lrs=[8.0, 64.0],
+                              seeds=[1, 2], group_size=4, eval_episodes=4))
+    assert [(r["arm"], r["lr"]) for r in rows] == [("grpo", 8.0), ("grpo", 64.0), ("graft_td", 8.0), ("graft_td", 64.0)]
+    assert all(len(r["train_success"]) == 2 and all(0.0 <= x <= 1.0 for x in r["eval_success"]) for r in rows)
+    assert rows[0]["token_base"] == 2
