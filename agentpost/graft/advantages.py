@@ -8,7 +8,8 @@
   singleton rule mu = 0, sigma = |A| (so +-1, or 0 when A = 0);
 - :func:`grpo_c_objective` — the sequence-ratio clip (eqs. 3-4): one geometric-mean ratio per step (the step's
   tokens), clipped once, built on :func:`agentpost.rl.policy_objective` (``ratio_level="sequence"``) and
-  :func:`agentpost.rl.aggregate`.
+  :func:`agentpost.rl.aggregate`; ``ratio_level="token"`` is token-level PPO (each token's ratio clipped), the
+  objective GRPO-C replaces (Table 3's "+ GRPO-C" ablation). The two agree when a step is one token.
 """
 
 from __future__ import annotations
@@ -123,17 +124,23 @@ def grpo_c_objective(
     clip_eps: float = 0.2,
     step_agg: str = "steps",
     traj_ids: torch.Tensor | None = None,
+    ratio_level: str = "sequence",
 ) -> torch.Tensor:
     """Eq. 4 at step level, to be maximised: rows are steps, columns the step's tokens (``mask`` marks them).
 
-    w = exp(mean over the step's tokens of log pi - log pi_old) (eq. 3); objective min(w A, clip(w, 1 +- eps) A)
-    per step. ``step_agg`` (ambiguity 8): ``steps`` — mean over all steps in the batch; ``trajectory`` — mean over
-    each trajectory's steps (``traj_ids``), then over trajectories.
+    ``ratio_level="sequence"`` (GRPO-C): w = exp(mean over the step's tokens of log pi - log pi_old) (eq. 3);
+    objective min(w A, clip(w, 1 +- eps) A) per step, the same value on each of its tokens. ``"token"``
+    (token-level PPO, the baseline GRPO-C replaces): min(rho_t A, clip(rho_t, 1 +- eps) A) per token with
+    rho_t = pi / pi_old of that token. Either way a step's value is the mean over its tokens. ``step_agg``
+    (ambiguity 8): ``steps`` — mean over all steps in the batch; ``trajectory`` — mean over each trajectory's steps
+    (``traj_ids``), then over trajectories.
     """
+    if ratio_level not in ("sequence", "token"):
+        raise ValueError(f"ratio_level must be 'sequence' (GRPO-C) or 'token' (PPO), got {ratio_level!r}")
     if step_adv.ndim != 1 or step_adv.shape[0] != logp.shape[0]:
         raise ValueError(f"step_adv must have one value per row of logp ({logp.shape[0]}), got {tuple(step_adv.shape)}")
     adv = step_adv.to(logp.dtype)[:, None].expand_as(logp)
-    obj = policy_objective(logp, logp_old, adv, mask, ratio_level="sequence", eps_low=clip_eps, eps_high=clip_eps)
+    obj = policy_objective(logp, logp_old, adv, mask, ratio_level=ratio_level, eps_low=clip_eps, eps_high=clip_eps)
     if step_agg == "steps":
         return aggregate(obj, mask, "seq_mean_token_mean")
     if step_agg != "trajectory":

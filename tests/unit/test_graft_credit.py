@@ -182,6 +182,32 @@ def test_grpo_c_sequence_ratio_clips_once_per_step():
         -2.0 * math.exp(0.5))
 
 
+@pytest.mark.claim("graft", "C3")
+def test_grpo_c_differs_from_token_ppo_on_two_tokens_and_agrees_on_one():
+    """A 2-token action with log-ratios [0.3, -0.1], eps = 0.2. GRPO-C: w = exp((0.3 - 0.1) / 2) = exp(0.1), inside
+    [0.8, 1.2], so J = A exp(0.1). Token-level PPO clips each token: A = 1 gives (min(e^0.3, 1.2) + e^-0.1) / 2 =
+    (1.2 + 0.904837) / 2 = 1.052419; A = -1 gives (-e^0.3 - e^-0.1) / 2 = -1.127348 (the clip keeps the larger
+    loss). A 1-token action has one ratio, so the two objectives agree (clipped to 1.2 A at log-ratio 0.3)."""
+    two = torch.tensor([[0.3, -0.1]], dtype=torch.float64)
+    ones = torch.ones_like(two)
+    for adv, seq, tok in ((1.0, math.exp(0.1), 1.052419), (-1.0, -math.exp(0.1), -1.127348)):
+        a = torch.tensor([adv], dtype=torch.float64)
+        assert grpo_c_objective(two, torch.zeros_like(two), a, ones).item() == pytest.approx(seq)
+        assert grpo_c_objective(two, torch.zeros_like(two), a, ones, ratio_level="token").item() == pytest.approx(
+            tok, abs=1e-6)
+    assert round((1.2 + math.exp(-0.1)) / 2, 6) == 1.052419 and round(-(math.exp(0.3) + math.exp(-0.1)) / 2, 6) == -1.127348
+    for lr1, a in ((0.3, 1.0), (0.3, -1.0), (-0.5, 1.0), (0.1, 2.0)):
+        one = torch.tensor([[lr1]], dtype=torch.float64)
+        at = torch.tensor([a], dtype=torch.float64)
+        seq = grpo_c_objective(one, torch.zeros_like(one), at, torch.ones_like(one))
+        assert seq.item() == grpo_c_objective(one, torch.zeros_like(one), at, torch.ones_like(one),
+                                              ratio_level="token").item()
+    assert grpo_c_objective(torch.tensor([[0.3]]), torch.zeros(1, 1), torch.tensor([1.0]),
+                            torch.ones(1, 1)).item() == pytest.approx(1.2)
+    with pytest.raises(ValueError, match="ratio_level"):
+        grpo_c_objective(two, two, torch.tensor([1.0]), ones, ratio_level="segment")
+
+
 def test_grpo_c_step_aggregation():
     lr = torch.zeros((3, 1), dtype=torch.float64)
     adv = torch.tensor([1.0, 2.0, 6.0], dtype=torch.float64)

@@ -4,7 +4,9 @@ import numpy as np
 import pytest
 
 from agentpost.graft.envs import MiniHackRoom, TextGridworld, make_env
-from agentpost.graft.train import TabularSoftmax, TrainConfig, rollout, run_arms, select_lr, train_arm
+from agentpost.graft.train import (
+    ActionCode, TabularSoftmax, TrainConfig, rollout, run_arms, select_lr, train_arm,
+)
 
 SE = 5  # MiniHack navigation actions: N, E, S, W, NE, SE, SW, NW
 
@@ -69,6 +71,53 @@ def test_tabular_policy_starts_uniform_and_grows():
     assert pol.probs(2) == pytest.approx([0.25] * 4)
 
 
+def test_action_code_digits_and_masks():
+    code = ActionCode(8, 2)  # MiniHack's eight moves as three binary tokens
+    assert (code.base, code.length) == (2, 3) and code.encode(5) == (1, 0, 1) and code.encode(0) == (0, 0, 0)
+    assert [code.decode(code.encode(a)) for a in range(8)] == list(range(8))
+    assert code.allowed(()).tolist() == [True, True]
+    five = ActionCode(5, 3)  # two base-3 tokens: codes 00..11 name actions 0..4; 12 and 20, 21, 22 name none
+    assert five.length == 2 and five.encode(4) == (1, 1)
+    assert five.allowed(()).tolist() == [True, True, False] and five.allowed((1,)).tolist() == [True, True, False]
+    assert (ActionCode(4, 0).base, ActionCode(4, 0).length) == (4, 1) and ActionCode(4, 0).encode(3) == (3,)
+    assert (ActionCode(4, 9).base, ActionCode(4, 2).length) == (4, 2)  # a base above the action count: one token
+    with pytest.raises(ValueError, match="base"):
+        ActionCode(4, 1)
+
+
+def test_multi_token_policy_samples_token_by_token():
+    """Uniform rows: with 8 actions in 3 binary tokens each action has probability (1/2)^3; with 5 actions in
+    2 base-3 tokens the masked first token is 1/2 each, so actions 0-2 get 1/6 and actions 3-4 get 1/4."""
+    pol = TabularSoftmax(8, capacity=2, token_base=2)
+    rng = np.random.default_rng(0)
+    counts = np.bincount([pol.act("s", rng)[1] for _ in range(4000)], minlength=8) / 4000
+    assert counts == pytest.approx([1 / 8] * 8, abs=0.025)
+    assert len(pol.rows) == 7  # the root, two 1-token prefixes, four 2-token prefixes of one state
+    decisions, action = pol.act("s", np.random.default_rng(1))
+    assert len(decisions) == 3 and pol.code.decode(tuple(t for _, t in decisions)) == action
+    five = TabularSoftmax(5, token_base=3)
+    counts = np.bincount([five.act("s", rng)[1] for _ in range(6000)], minlength=5) / 6000
+    assert counts == pytest.approx([1 / 6] * 3 + [1 / 4] * 2, abs=0.025)
+    rows = np.asarray([[five.row("s"), five.row("s", (1,))]])
+    logits, logp = five.log_probs(rows, np.asarray([[1, 1]]))
+    assert logp.exp().prod().item() == pytest.approx(1 / 4)  # action 4 = tokens (1, 1)
+    assert logits.shape == (1, 2, 3)
+
+
+def test_token_ppo_arm_equals_grpo_c_on_one_token_and_differs_on_several():
+    env = TextGridworld(size=4, max_steps=12)
+    for token_base, equal in ((0, True), (2, False)):  # one token per action; two binary tokens per move
+        base = TrainConfig(updates=4, group_size=6, lr=64.0, eval_episodes=8, token_base=token_base)
+        runs = run_arms(env, base, 1, ("graft_td", "graft_td_token"), progress=False)
+        same = runs["graft_td"]["history"] == runs["graft_td_token"]["history"]
+        assert same == equal
+    assert TrainConfig(method="graft_td_token").ratio_level == "sequence"  # the arm, not the config, sets it
+    with pytest.raises(ValueError, match="ratio_level"):
+        TrainConfig(ratio_level="segment")
+    with pytest.raises(ValueError, match="token_base"):
+        TrainConfig(token_base=1)
+
+
 def test_training_arms_share_samples_and_graft_gae_matches_td():
     env = TextGridworld(size=4, max_steps=12)
     base = TrainConfig(updates=4, group_size=6, lr=8.0, eval_episodes=16)
@@ -120,3 +169,14 @@ def test_bad_train_config_is_named():
         TrainConfig(method="ppo")
     with pytest.raises(ValueError, match="group_size"):
         TrainConfig(group_size=0)
+
+
+def test_headroom_pilot_rows():
+    """The pilot that chose the MiniHack task: one row per (arm, rate) with one success value per seed."""
+    from agentpost.graft.pilot import headroom_rows
+
+    rows = list(headroom_rows("gridworld", max_steps=12, updates=2, arms=["grpo", "graft_td"], lrs=[8.0, 64.0],
+                              seeds=[1, 2], group_size=4, eval_episodes=4))
+    assert [(r["arm"], r["lr"]) for r in rows] == [("grpo", 8.0), ("grpo", 64.0), ("graft_td", 8.0), ("graft_td", 64.0)]
+    assert all(len(r["train_success"]) == 2 and all(0.0 <= x <= 1.0 for x in r["eval_success"]) for r in rows)
+    assert rows[0]["token_base"] == 2
