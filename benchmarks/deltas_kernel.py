@@ -130,7 +130,7 @@ def main(argv=None) -> int:
               f"{r['drift_cost_ratio']:6.3f} {r['bandwidth_GBps']:7.1f}")
     if args.receipt:
         args.receipt.parent.mkdir(parents=True, exist_ok=True)
-        args.receipt.write_text(json.dumps({"benchmark": "deltas_kernel", "args": {k: str(v) for k, v in vars(args).items()},
+        args.receipt.write_text(json.dumps({"benchmark": "deltas_kernel", "args": {k: (v.name if isinstance(v, Path) else str(v)) for k, v in vars(args).items()},
                                             "device": device_info(), "packages": package_versions(),
                                             "kernel_max_abs_error": max_err,
                                             "kernel_drift_max_rel_error": drift_rel_err, "rows": rows}, indent=1) + "\n")

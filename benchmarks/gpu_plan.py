@@ -208,7 +208,8 @@ def _run(argv: list[str], env: dict, log: Path, limit_s: float, grace_s: float) 
     ``grace_s``. Returns (exit code or None when stopped, wall seconds)."""
     t0 = time.monotonic()
     with open(log, "w", encoding="utf-8") as fh:
-        fh.write(f"$ {' '.join(argv)}\n")
+        shown = [Path(a).name if a == sys.executable else a.replace(str(log.parent), "$OUT") for a in argv]
+        fh.write(f"$ {' '.join(shown)}\n")  # no machine paths in a log that may be committed
         fh.flush()
         proc = subprocess.Popen(argv, cwd=project_root(), env=env, stdout=fh, stderr=subprocess.STDOUT,
                                 start_new_session=True)

@@ -102,6 +102,7 @@ def test_items_that_do_not_fit_are_skipped_and_the_rest_still_run(tmp_path):
     out = {o.item.name: o for o in execute(plan, 60, tmp_path, say=quiet)}
     assert out["big"].status == "skipped" and "predicted 100.0 min >" in out["big"].note
     assert out["ok"].status == "done" and (tmp_path / "ok.log").read_text().startswith("$ ")
+    assert sys.executable not in (tmp_path / "ok.log").read_text()  # no machine paths in a committed log
     assert out["bad"].status == "failed" and out["bad"].note == "exit 3"
     assert out["lib"].status == "skipped" and "no_such_module_xyz" in out["lib"].note
 
