@@ -48,7 +48,9 @@ from agentpost.errors import UsageError
 from agentpost.project import project_root
 
 PREDICTIONS = Path("benchmarks") / "gpu_predictions.yaml"
-KINDS = ("tests", "bench", "profile")
+KINDS = ("tests", "bench", "train", "profile")
+#: The kinds of the items under `first:` (a profile item is built from `chapter`).
+STEP_KINDS = KINDS[:-1]
 #: Modules every profile run needs (papermill executes the notebook); a profile item's `needs` adds its own.
 PROFILE_NEEDS = ("papermill", "scrapbook", "nbformat", "ipykernel", "datasets", "pydantic")
 SETTINGS = ("jobs", "seeds", "contention", "overrun", "reserve_s", "grace_s")
@@ -130,8 +132,8 @@ def _item(path: Path, e, kind: str | None) -> Item:
             _fail(where, "a profile item needs `chapter`")
     else:
         allowed = {"name", "kind", "minutes", "basis", "argv", "dry", "needs", "env"}
-        if e.get("kind") not in KINDS[:2]:
-            _fail(where, f"kind must be one of {KINDS[:2]}, not {e.get('kind')!r}")
+        if e.get("kind") not in STEP_KINDS:
+            _fail(where, f"kind must be one of {STEP_KINDS}, not {e.get('kind')!r}")
         if not (isinstance(e.get("argv"), list) and e["argv"] and all(isinstance(a, str) for a in e["argv"])):
             _fail(where, "argv must be a non-empty list of strings")
     if extra := sorted(set(e) - allowed):

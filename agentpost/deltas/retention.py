@@ -48,6 +48,13 @@ class CacheEntries:
         return CacheEntries(self.positions[keep], self.chunk_ids[keep], self.drift[keep], self.key_norm[keep],
                             pick(self.attention))
 
+    def extend(self, new: "CacheEntries") -> "CacheEntries":
+        """These entries followed by ``new`` (a chunk's arrivals; no attention reference on either)."""
+        if self.attention is not None or new.attention is not None:
+            raise ValueError("CacheEntries.extend: entries with an attention reference cannot be extended")
+        return CacheEntries(*(torch.cat([getattr(self, f), getattr(new, f)])
+                              for f in ("positions", "chunk_ids", "drift", "key_norm")))
+
 
 @dataclass(eq=False, kw_only=True)
 class RetentionPolicy(Scorer):

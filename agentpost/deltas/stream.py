@@ -10,12 +10,15 @@ Protocol for one stream of ``P + M + 1`` tokens ``x_0 .. x_{P+M}`` and a trained
    attention layers and heads) is tagged with its position, its chunk, its chunk's drift and its key norm (mean over
    heads and attention layers).
 2. **Evict.** At a budget of ``round(f * P)`` entries each policy keeps sinks + recent window + its best-scored middle
-   entries (:mod:`agentpost.deltas.retention`); the linear states are untouched; kept entries keep their positions.
+   entries (:mod:`agentpost.deltas.retention`); kept entries keep their positions. ``eviction="streaming"`` (the
+   spec's pseudo-code, the default) evicts after every chunk that leaves the cache over the budget, so later chunks
+   (their drift, their keys, the linear states) are read on the evicted cache (:func:`stream_prefix`);
+   ``"once"`` reads the whole prefix with full KV and cuts it once, the linear states untouched.
 3. **Score.** Feed the continuation inputs ``x_P .. x_{P+M-1}`` on the pruned state (their own KV is appended, never
    evicted) and take the next-token NLL of ``x_{P+1} .. x_{P+M}``, mean over the ``M`` targets (nats/token).
 
 References read every cut against: ``full`` (no eviction), ``sinks_recent`` (only the sinks and the recent window:
-the whole middle evicted, the worst any policy can do at any budget) and ``no_kv`` (no prefix KV at all). The
+the whole middle evicted after a full read, the least any policy keeps at any budget) and ``no_kv`` (no prefix KV at all). The
 *headroom* of a stream, NLL(sinks_recent) - NLL(full), bounds the difference any two retention policies can make
 on it; a policy's *gap recovered* is the share of that headroom it wins back.
 
@@ -44,6 +47,8 @@ AGGREGATIONS = ("mean", "max")
 REFERENCES = ("full", "sinks_recent", "no_kv")
 #: What a stream's continuation is (see :func:`budget_grid`).
 TASKS = ("text", "repeat")
+#: When a policy evicts (see :func:`stream_budget_rows`).
+EVICTIONS = ("streaming", "once")
 
 
 @dataclass
@@ -64,44 +69,88 @@ def _aggregate(x: torch.Tensor, how: str, dim: int) -> torch.Tensor:
     return x.mean(dim) if how == "mean" else x.amax(dim)
 
 
-@torch.no_grad()
-def read_prefix(model: HybridForCausalLM, prefix: torch.Tensor, chunk_tokens: int, *, drift_norm: str = "relative",
-                eps: float = 1e-6, drift_source: str = "raw", layer_agg: str = "mean",
-                head_agg: str = "mean") -> PrefixRecord:
-    """Step 1 of the protocol on a 1-D token tensor ``prefix``: per chunk, each DeltaNet head's drift
-    (``drift_source``), aggregated over heads (``head_agg``) then layers (``layer_agg``)."""
-    if prefix.dim() != 1 or prefix.numel() < 1:
-        raise ValueError(f"prefix must be a non-empty 1-D token tensor, got shape {tuple(prefix.shape)}")
+def _check_drift_readings(chunk_tokens: int, drift_source: str, layer_agg: str, head_agg: str) -> None:
     if chunk_tokens < 1:
         raise ValueError(f"chunk_tokens must be >= 1, got {chunk_tokens}")
     if drift_source not in DRIFT_SOURCES:
         raise ValueError(f"drift_source must be one of {DRIFT_SOURCES}, got {drift_source!r}")
     for how in (layer_agg, head_agg):
         _aggregate(torch.zeros(1), how, 0)
-    device = next(model.parameters()).device
-    ids = prefix.to(device)[None]
-    state, drifts, shares = None, [], []
+
+
+def _read_chunk(model: HybridForCausalLM, chunk: torch.Tensor, state: HybridState | None, *, drift_norm: str,
+                eps: float, drift_source: str, layer_agg: str, head_agg: str):
+    """Feed one chunk ``[1, T]`` on ``state`` (spec pseudo-code step 1). Returns the new state, the chunk's drift
+    (``drift_source``, over heads by ``head_agg`` then layers by ``layer_agg``), each (layer, head)'s decay share
+    ``||(e^G - 1) S_before|| / ||S_after - S_before||`` and the key norm of each arriving entry ``[T]`` (mean over
+    heads and attention layers)."""
+    before = None if state is None else state.linear_states()
+    state = model(chunk, state=state).state
+    after = state.linear_states()
+    decays = [s.log_decay for s in state.layers if isinstance(s, LinearState)]
+    if before is None:
+        before = [torch.zeros_like(s) for s in after]
+    per_head = torch.stack([state_drift(b, a, drift_norm=drift_norm, eps=eps, drift_source=drift_source,
+                                        log_decay=g)[0] for b, a, g in zip(before, after, decays)])  # [L, H]
+    drift = _aggregate(_aggregate(per_head, head_agg, 1), layer_agg, 0)
+    decay_part = torch.stack([torch.linalg.matrix_norm((g.exp()[..., None, None] - 1) * b.float())[0]
+                              for b, g in zip(before, decays)])
+    raw = torch.stack([torch.linalg.matrix_norm((a - b).float())[0] for b, a in zip(before, after)])
+    T = chunk.shape[1]
+    key_norm = torch.stack([c.keys[0, :, -T:].norm(dim=-1).mean(0) for c in state.attention_caches()]).mean(0)
+    return state, drift.cpu(), (decay_part / raw.clamp_min(eps)).cpu(), key_norm.cpu()
+
+
+@torch.no_grad()
+def read_prefix(model: HybridForCausalLM, prefix: torch.Tensor, chunk_tokens: int, *, drift_norm: str = "relative",
+                eps: float = 1e-6, drift_source: str = "raw", layer_agg: str = "mean",
+                head_agg: str = "mean") -> PrefixRecord:
+    """Step 1 of the protocol on a 1-D token tensor ``prefix`` with nothing evicted: per chunk, each DeltaNet head's
+    drift (``drift_source``), aggregated over heads (``head_agg``) then layers (``layer_agg``)."""
+    if prefix.dim() != 1 or prefix.numel() < 1:
+        raise ValueError(f"prefix must be a non-empty 1-D token tensor, got shape {tuple(prefix.shape)}")
+    _check_drift_readings(chunk_tokens, drift_source, layer_agg, head_agg)
+    ids = prefix.to(next(model.parameters()).device)[None]
+    state, drifts, shares, key_norms = None, [], [], []
     for c0 in range(0, ids.shape[1], chunk_tokens):
-        before = None if state is None else state.linear_states()
-        state = model(ids[:, c0:c0 + chunk_tokens], state=state).state
-        after = state.linear_states()
-        decays = [s.log_decay for s in state.layers if isinstance(s, LinearState)]
-        if before is None:
-            before = [torch.zeros_like(s) for s in after]
-        per_head = torch.stack([state_drift(b, a, drift_norm=drift_norm, eps=eps, drift_source=drift_source,
-                                            log_decay=g)[0] for b, a, g in zip(before, after, decays)])  # [L, H]
-        drifts.append(_aggregate(_aggregate(per_head, head_agg, 1), layer_agg, 0))
-        decay_part = torch.stack([torch.linalg.matrix_norm((g.exp()[..., None, None] - 1) * b.float())[0]
-                                  for b, g in zip(before, decays)])
-        raw = torch.stack([torch.linalg.matrix_norm((a - b).float())[0] for b, a in zip(before, after)])
-        shares.append(decay_part / raw.clamp_min(eps))
-    chunk_drift = torch.stack(drifts).cpu()
-    n = ids.shape[1]
-    chunk_ids = torch.arange(n) // chunk_tokens
-    key_norm = torch.stack([c.keys[0].norm(dim=-1).mean(0) for c in state.attention_caches()]).mean(0).cpu()
-    entries = CacheEntries(positions=torch.arange(n), chunk_ids=chunk_ids, drift=chunk_drift[chunk_ids],
-                           key_norm=key_norm)
-    return PrefixRecord(state, entries, chunk_drift, torch.stack(shares).cpu())
+        state, drift, share, key_norm = _read_chunk(model, ids[:, c0:c0 + chunk_tokens], state, drift_norm=drift_norm,
+                                                    eps=eps, drift_source=drift_source, layer_agg=layer_agg,
+                                                    head_agg=head_agg)
+        drifts.append(drift)
+        shares.append(share)
+        key_norms.append(key_norm)
+    chunk_drift = torch.stack(drifts)
+    chunk_ids = torch.arange(ids.shape[1]) // chunk_tokens
+    entries = CacheEntries(positions=torch.arange(ids.shape[1]), chunk_ids=chunk_ids, drift=chunk_drift[chunk_ids],
+                           key_norm=torch.cat(key_norms))
+    return PrefixRecord(state, entries, chunk_drift, torch.stack(shares))
+
+
+@torch.no_grad()
+def stream_prefix(model: HybridForCausalLM, prefix: torch.Tensor, chunk_tokens: int, policy, budget: int, *,
+                  drift_norm: str = "relative", eps: float = 1e-6, drift_source: str = "raw", layer_agg: str = "mean",
+                  head_agg: str = "mean") -> tuple[HybridState, CacheEntries]:
+    """The spec's streaming pseudo-code (steps 1-2) on a 1-D ``prefix``: feed it chunk by chunk; tag each chunk's
+    full-attention entries with the chunk's drift, read on the state this policy's earlier evictions left; whenever
+    the cache holds more than ``budget`` entries, ``policy`` (a streaming one) keeps ``budget`` of them, which keep
+    their original positions. Returns the final state and its entries (positions ascending)."""
+    if policy.query_aware:
+        raise ValueError(f"policy {policy.name!r} needs the future query: it cannot evict while streaming")
+    _check_drift_readings(chunk_tokens, drift_source, layer_agg, head_agg)
+    ids = prefix.to(next(model.parameters()).device)[None]
+    state, entries = None, None
+    for c, c0 in enumerate(range(0, ids.shape[1], chunk_tokens)):
+        state, drift, _, key_norm = _read_chunk(model, ids[:, c0:c0 + chunk_tokens], state, drift_norm=drift_norm,
+                                                eps=eps, drift_source=drift_source, layer_agg=layer_agg,
+                                                head_agg=head_agg)
+        T = key_norm.numel()
+        arrived = CacheEntries(positions=torch.arange(c0, c0 + T), chunk_ids=torch.full((T,), c),
+                               drift=drift.expand(T), key_norm=key_norm)
+        entries = arrived if entries is None else entries.extend(arrived)
+        if len(entries) > budget:
+            keep = policy.keep(entries, budget)
+            state, entries = state.keep(keep), entries.take(keep)
+    return state, entries
 
 
 @torch.no_grad()
@@ -140,15 +189,21 @@ def stream_budget_rows(model: HybridForCausalLM, tokens: torch.Tensor, prefix_to
                        budget_fractions, policies, *, n_sinks: int, n_recent: int, buckets: int = 4,
                        retention: str = "bucketed", drift_norm: str = "relative", drift_source: str = "raw",
                        layer_agg: str = "mean", head_agg: str = "mean", eps: float = 1e-6,
-                       random_seed: int = 0) -> dict:
-    """The protocol on one stream ``tokens`` (``P + M + 1`` ids). Returns ``{"nll": rows, "overlap": rows,
-    "chunks": frame}``: continuation NLL per (budget, policy) plus one row per :data:`REFERENCES` cut (budget_frac
-    NaN); per budget and policy the share of the attention reference's kept middle entries that the policy also
-    keeps; drift, decay share (mean over heads) and attention mass per chunk."""
+                       random_seed: int = 0, eviction: str = "streaming") -> dict:
+    """The protocol on one stream ``tokens`` (``P + M + 1`` ids). ``eviction`` (:data:`EVICTIONS`): ``"streaming"``
+    evicts whenever the cache exceeds the budget while the prefix is read (:func:`stream_prefix`, the spec's
+    pseudo-code); ``"once"`` reads the whole prefix with full KV and cuts it once. The query-aware attention
+    reference is always a cut once (it needs the future queries). Returns ``{"nll": rows, "overlap": rows,
+    "chunks": frame, "heads": frame}``: continuation NLL per (budget, policy) plus one row per :data:`REFERENCES`
+    cut (budget_frac NaN); per budget and policy the share of the attention reference's kept middle positions that
+    the policy also keeps; drift, decay share (mean over heads) and attention mass per chunk of the full-KV read."""
     if tokens.numel() < prefix_tokens + 2:
         raise ValueError(f"a stream needs at least prefix_tokens + 2 = {prefix_tokens + 2} tokens, got {tokens.numel()}")
-    record = read_prefix(model, tokens[:prefix_tokens], chunk_tokens, drift_norm=drift_norm, eps=eps,
-                         drift_source=drift_source, layer_agg=layer_agg, head_agg=head_agg)
+    if eviction not in EVICTIONS:
+        raise ValueError(f"eviction must be one of {EVICTIONS}, got {eviction!r}")
+    drift_kw = {"drift_norm": drift_norm, "eps": eps, "drift_source": drift_source, "layer_agg": layer_agg,
+                "head_agg": head_agg}
+    record = read_prefix(model, tokens[:prefix_tokens], chunk_tokens, **drift_kw)
     continuation = tokens[prefix_tokens:]
     full_nll = continuation_nll(model, record.state, continuation)
     _, mass = continuation_nll(model, record.state, continuation, record_attention=True)
@@ -172,11 +227,17 @@ def stream_budget_rows(model: HybridForCausalLM, tokens: torch.Tensor, prefix_to
                 kw.update(buckets=buckets, retention=retention)
             if name == "random":
                 kw.update(seed=random_seed)
-            keep = make_policy(name, **kw).keep(entries, budget)
-            kept[name] = keep
-            nll = continuation_nll(model, record.state.keep(keep), continuation)
-            nll_rows.append({"budget_frac": frac, "policy": name, "kept": int(keep.numel()), "nll": float(nll.mean())})
-        if "attention" in kept:
+            policy = make_policy(name, **kw)
+            if eviction == "streaming" and not policy.query_aware:
+                state, left = stream_prefix(model, tokens[:prefix_tokens], chunk_tokens, policy, budget, **drift_kw)
+                kept[name] = left.positions
+            else:
+                keep = policy.keep(entries, budget)
+                state, kept[name] = record.state.keep(keep), entries.positions[keep]
+            nll = continuation_nll(model, state, continuation)
+            nll_rows.append({"budget_frac": frac, "policy": name, "kept": int(kept[name].numel()),
+                             "nll": float(nll.mean())})
+        if "attention" in kept:  # positions: the full read's cache index of an entry is its position
             ref = set(kept["attention"][middle[kept["attention"]]].tolist())
             for name, keep in kept.items():
                 if name != "attention" and ref:
@@ -231,17 +292,19 @@ def budget_grid(model: HybridForCausalLM, ids: torch.Tensor, seed: int, *, n_str
                 continuation_tokens: int, chunk_tokens: int, budget_fractions, policies, n_sinks: int,
                 n_recent: int, buckets: int = 4, retention: str = "bucketed", drift_norm: str = "relative",
                 drift_source: str = "raw", layer_agg: str = "mean", head_agg: str = "mean", eps: float = 1e-6,
-                task: str = "text", progress: bool = True) -> dict:
+                task: str = "text", eviction: str = "streaming", progress: bool = True) -> dict:
     """:func:`stream_budget_rows` over ``n_streams`` streams drawn with generator seed ``seed`` (one run = one
     seed; stream ``i``'s random policy uses seed ``1000 * seed + i``). ``task`` is one of :data:`TASKS`: ``"text"``
     scores the text that follows the prefix; ``"repeat"`` makes the continuation a verbatim repeat of a prefix span
     beyond the sinks and the recent window (:func:`repeat_streams`), so the continuation needs the middle of the
-    cache. Returns frames ``nll`` and ``overlap`` (column stream, ...), ``chunks`` (stream, chunk, drift,
+    cache. ``eviction``: see :func:`stream_budget_rows`. Returns frames ``nll`` and ``overlap`` (column stream, ...), ``chunks`` (stream, chunk, drift,
     decay_share, attention_mass) and ``heads`` (stream, chunk, layer, head, decay_share). Every budget must leave
     room beyond the sinks and the recent window."""
     check_budgets(budget_fractions, prefix_tokens, n_sinks, n_recent)
     if task not in TASKS:
         raise ValueError(f"task must be one of {TASKS}, got {task!r}")
+    if eviction not in EVICTIONS:
+        raise ValueError(f"eviction must be one of {EVICTIONS}, got {eviction!r}")
     out = {"nll": [], "overlap": [], "chunks": [], "heads": []}
     windows = sample_streams(ids, n_streams, prefix_tokens + continuation_tokens + 1, seed)
     if task == "repeat":
@@ -250,7 +313,7 @@ def budget_grid(model: HybridForCausalLM, ids: torch.Tensor, seed: int, *, n_str
         res = stream_budget_rows(model, window, prefix_tokens, chunk_tokens, budget_fractions, policies,
                                  n_sinks=n_sinks, n_recent=n_recent, buckets=buckets, retention=retention,
                                  drift_norm=drift_norm, drift_source=drift_source, layer_agg=layer_agg,
-                                 head_agg=head_agg, eps=eps, random_seed=1000 * seed + i)
+                                 head_agg=head_agg, eps=eps, random_seed=1000 * seed + i, eviction=eviction)
         out["nll"] += [{"stream": i, **r} for r in res["nll"]]
         out["overlap"] += [{"stream": i, **r} for r in res["overlap"]]
         out["chunks"].append(res["chunks"].assign(stream=i))

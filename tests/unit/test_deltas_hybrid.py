@@ -1,14 +1,17 @@
 """The hybrid gated-DeltaNet + attention LM: shapes, causality, chunked streaming equals one pass, KV eviction keeps
 positions, Hugging Face save/load; the training loop lowers the loss; the NLL-under-budget evaluator."""
 
+import json
+
 import numpy as np
 import pytest
 import torch
 
 from agentpost.deltas.hybrid import HybridConfig, HybridForCausalLM, load_hybrid
+from agentpost.deltas.retention import make_policy
 from agentpost.deltas.stream import (budget_grid, continuation_nll, read_prefix, repeat_span, repeat_streams,
-                                     stream_budget_rows)
-from agentpost.deltas.train_hybrid import Hyper, repeat_spans, train, unigram_ppl
+                                     stream_budget_rows, stream_prefix)
+from agentpost.deltas.train_hybrid import Hyper, param_groups, repeat_spans, train, unigram_ppl
 
 TINY = dict(vocab_size=50, hidden_size=16, intermediate_size=24, linear_num_heads=2, linear_head_dim=8,
             num_attention_heads=2, head_dim=8, chunk_size=4,
@@ -113,7 +116,8 @@ def test_budget_evaluator_rows_and_full_budget_matches_the_ceiling():
     model = tiny_model()
     ids = torch.randint(0, 50, (29,))
     res = stream_budget_rows(model, ids, prefix_tokens=20, chunk_tokens=4, budget_fractions=[0.5, 1.0],
-                             policies=["drift", "recency", "random", "key_norm", "attention"], n_sinks=2, n_recent=4)
+                             policies=["drift", "recency", "random", "key_norm", "attention"], n_sinks=2, n_recent=4,
+                             eviction="once")
     nll = {(r["budget_frac"] if r["budget_frac"] == r["budget_frac"] else "ref", r["policy"]): r for r in res["nll"]}
     assert nll[("ref", "full")]["kept"] == 20
     assert nll[("ref", "sinks_recent")]["kept"] == 2 + 4 and nll[("ref", "no_kv")]["kept"] == 0
@@ -130,6 +134,56 @@ def test_budget_evaluator_rows_and_full_budget_matches_the_ceiling():
     over = {(r["budget_frac"], r["policy"]): r["overlap"] for r in res["overlap"]}
     assert over[(1.0, "drift")] == 1.0 and 0.0 <= over[(0.5, "random")] <= 1.0
     assert res["chunks"].shape[0] == 5 and 0 < res["chunks"].attention_mass.sum() < 1  # the rest is on the continuation
+
+
+def test_streaming_eviction_evicts_whenever_the_cache_exceeds_the_budget():
+    """Spec pseudo-code step 2: after every chunk that leaves more than the budget, the policy keeps the budget; later
+    chunks are read on the evicted cache. Recency at budget 8 (sinks 2) by hand: after each 4-token chunk keep
+    positions 0, 1 and the newest 6 entries."""
+    model = tiny_model()
+    ids = torch.randint(0, 50, (25,))
+    state = None
+    with torch.no_grad():
+        for c0 in range(0, 20, 4):
+            state = model(ids[None, c0:c0 + 4], state=state).state
+            n = state.attention_caches()[0].positions.numel()
+            if n > 8:
+                state = state.keep(torch.tensor([0, 1] + list(range(n - 6, n))))
+    by_hand = continuation_nll(model, state, ids[20:])
+    policy = make_policy("recency", n_sinks=2, n_recent=4)
+    got_state, left = stream_prefix(model, ids[:20], 4, policy, budget=8)
+    assert left.positions.tolist() == [0, 1, 14, 15, 16, 17, 18, 19]
+    assert got_state.attention_caches()[0].positions.tolist() == left.positions.tolist()
+    torch.testing.assert_close(continuation_nll(model, got_state, ids[20:]), by_hand, rtol=0, atol=1e-6)
+    res = stream_budget_rows(model, ids, prefix_tokens=20, chunk_tokens=4, budget_fractions=[0.4, 1.0],
+                             policies=["recency", "drift", "random", "attention"], n_sinks=2, n_recent=4)
+    nll = {(r["budget_frac"], r["policy"]): r for r in res["nll"]}
+    assert nll[(0.4, "recency")]["nll"] == pytest.approx(float(by_hand.mean()), abs=1e-6)
+    once = stream_budget_rows(model, ids, prefix_tokens=20, chunk_tokens=4, budget_fractions=[0.4],
+                              policies=["recency"], n_sinks=2, n_recent=4, eviction="once")
+    once = {(r["budget_frac"], r["policy"]): r["nll"] for r in once["nll"]}
+    assert abs(once[(0.4, "recency")] - nll[(0.4, "recency")]["nll"]) > 1e-4  # evicting early changes later chunks
+    full = [r["nll"] for r in res["nll"] if r["policy"] == "full"][0]
+    for p in ("recency", "drift", "random", "attention"):
+        assert nll[(0.4, p)]["kept"] == 8
+        assert nll[(1.0, p)]["nll"] == pytest.approx(full, abs=1e-6)  # never over budget: nothing evicted
+    with pytest.raises(ValueError, match="future query"):
+        stream_prefix(model, ids[:20], 4, make_policy("attention", n_sinks=2, n_recent=4), budget=8)
+    with pytest.raises(ValueError, match="eviction"):
+        stream_budget_rows(model, ids, 20, 4, [0.4], ["drift"], n_sinks=2, n_recent=4, eviction="lazy")
+
+
+def test_streamed_drift_is_read_on_the_evicted_cache():
+    """Before the first eviction the streamed chunks' drift equals the full read's; after it, later chunks see a
+    different cache, and the tags follow the entries that survive."""
+    model = tiny_model()
+    ids = torch.randint(0, 50, (24,))
+    full = read_prefix(model, ids, chunk_tokens=4)
+    _, left = stream_prefix(model, ids, 4, make_policy("recency", n_sinks=1, n_recent=2), budget=10)
+    assert left.chunk_ids.tolist() == (left.positions // 4).tolist()
+    survivors = {int(c): float(d) for c, d in zip(left.chunk_ids, left.drift)}
+    assert survivors[0] == pytest.approx(float(full.chunk_drift[0]), rel=1e-6)  # chunk 0 read before any eviction
+    assert survivors[5] != pytest.approx(float(full.chunk_drift[5]), rel=1e-4)
 
 
 def test_chunk_drift_is_the_mean_relative_state_change():
@@ -297,3 +351,34 @@ def test_fine_tuning_with_repeats_keeps_provenance_and_scores_the_repeats(tmp_pa
     assert "fine-tuned" in receipt["artifact"] and tuned.config.hidden_size == TINY["hidden_size"]
     rep = receipt["evaluation"]["validation_repeat"]
     assert rep["windows"] == 16 and np.isfinite(rep["source_nll"]) and np.isfinite(rep["repeat_nll"])
+
+
+def test_param_groups_decay_matrices_only():
+    """Norm gains, A_log and dt_bias are not decayed: decayed q/k-norm gains would pin the attention logits."""
+    model = tiny_model()
+    decayed, kept = param_groups(model, 0.1)
+    assert decayed["weight_decay"] == 0.1 and kept["weight_decay"] == 0.0
+    names = {id(p): n for n, p in model.named_parameters()}
+    assert all(p.dim() >= 2 for p in decayed["params"]) and all(p.dim() < 2 for p in kept["params"])
+    kept_names = {names[id(p)] for p in kept["params"]}
+    assert {"blocks.1.mixer.q_norm.weight", "blocks.1.mixer.k_norm.weight", "blocks.0.mixer.A_log",
+            "blocks.0.mixer.dt_bias"} <= kept_names
+    assert len(decayed["params"]) + len(kept["params"]) == len(list(model.parameters()))
+
+
+def test_training_logs_the_repeat_curve_and_main_records_a_portable_command(tmp_path, monkeypatch):
+    from agentpost.deltas import train_hybrid
+
+    stream = np.random.default_rng(0).integers(0, 50, 600)
+    wiki = {"train": stream, "validation": stream[:300], "test": stream[:300]}
+    hp = Hyper(steps=4, batch=2, seq_len=40, eval_len=32, log_every=100, repeat_prob=1.0, repeat_min_len=4,
+               repeat_max_len=8, repeat_min_gap=10, eval_every=2)
+    lines = []
+    _, receipt = train(hp, HybridConfig(**TINY), wiki=wiki, log=lines.append)
+    curve = receipt["evaluation"]["validation_repeat_during_training"]
+    assert [c["step"] for c in curve] == [2, 4] and sum("validation repeat NLL" in line for line in lines) == 2
+    monkeypatch.setattr(train_hybrid, "train", lambda hp, config: (tiny_model(), {"hyperparameters": {}}))
+    train_hybrid.main(["--steps", "3", "--out", str(tmp_path / "m"), "--head-dim", "8"])
+    saved = json.loads((tmp_path / "m" / "receipt.json").read_text())
+    assert saved["command"] == "python -m agentpost.deltas.train_hybrid --steps 3 --head-dim 8"  # no machine path
+    assert (tmp_path / "m" / "model.safetensors").is_file()

@@ -60,6 +60,8 @@ def test_alternative_policies_on_the_same_entries():
     assert torch.equal(r1, r2) and r1.numel() == 8
     with pytest.raises(ValueError, match="attention"):
         make_policy("attention").keep(e, 8)
+    import agentpost.actkv.policies  # noqa: F401  (registers h2o in its own context, as a full test run would)
+
     with pytest.raises(ValueError, match="not deltas"):
         make_policy("h2o")
     with pytest.raises(ValueError, match="unknown KV retention scorer"):
@@ -69,3 +71,14 @@ def test_alternative_policies_on_the_same_entries():
 def test_a_stream_within_budget_keeps_everything():
     e = _entries([0.1, 0.2])
     assert make_policy("drift").keep(e, 10).tolist() == [0, 1, 2, 3]
+
+
+def test_entries_extend_appends_a_chunks_arrivals():
+    a = CacheEntries(torch.arange(3), torch.zeros(3, dtype=torch.long), torch.ones(3), torch.ones(3))
+    b = CacheEntries(torch.arange(3, 5), torch.ones(2, dtype=torch.long), torch.full((2,), 2.0), torch.zeros(2))
+    both = a.extend(b)
+    assert both.positions.tolist() == [0, 1, 2, 3, 4] and both.chunk_ids.tolist() == [0, 0, 0, 1, 1]
+    assert both.drift.tolist() == [1, 1, 1, 2, 2] and both.key_norm.tolist() == [1, 1, 1, 0, 0]
+    with pytest.raises(ValueError, match="attention"):
+        CacheEntries(torch.arange(1), torch.zeros(1, dtype=torch.long), torch.ones(1), torch.ones(1),
+                     attention=torch.ones(1)).extend(b)

@@ -61,10 +61,10 @@ def test_step_model_adds_launches_and_flops():
     assert gpu_step_costs.model_ms(238, 0.0) == pytest.approx(7.8778)  # 238 x 33.1 us
 
 
-def test_order_is_kernels_then_benchmarks_then_profiles_by_predicted_minutes():
+def test_order_is_kernels_then_benchmarks_then_trainings_then_profiles_by_predicted_minutes():
     plan = load_plan()
     kinds = [i.kind for i in plan.items]
-    assert kinds[0] == "tests" and kinds == sorted(kinds, key=["tests", "bench", "profile"].index)
+    assert kinds[0] == "tests" and kinds == sorted(kinds, key=["tests", "bench", "train", "profile"].index)
     benches = [i.name for i in plan.items if i.kind == "bench"]
     assert benches[:3] == ["bench-actkv-kernels", "bench-deltas-kernel", "bench-kite-latency"]
     walls = [item_minutes(i, plan.settings) for i in plan.items if i.kind == "profile"]
