@@ -152,13 +152,30 @@ def _kite_sst(device: str):
     return _train_step(model, lambda: torch.nn.functional.cross_entropy(model(tokens).flatten(0, 1), tokens.flatten()))
 
 
-def _deltas_hybrid(device: str):
+def _deltas_hybrid_model(device: str):
     from agentpost.deltas.hybrid import HybridConfig, HybridForCausalLM
     h = 256  # params/deltas/a100.yaml lm_hidden_size, sized as the notebook does
-    model = HybridForCausalLM(HybridConfig(hidden_size=h, intermediate_size=3 * h, linear_num_heads=h // 64,
-                                           num_attention_heads=h // 32)).to(device)
+    return HybridForCausalLM(HybridConfig(hidden_size=h, intermediate_size=3 * h, linear_num_heads=h // 64,
+                                          num_attention_heads=h // 64, head_dim=64)).to(device)
+
+
+def _deltas_hybrid(device: str):
+    model = _deltas_hybrid_model(device)
     ids = torch.randint(0, 4096, (1, 1024), device=device)
     return _train_step(model, lambda: model(ids, labels=ids).loss)
+
+
+def _deltas_hybrid_chunk(device: str):
+    """One 32-token prefix chunk read on a state that holds 960 tokens (the a100 geometry's last chunk)."""
+    model = _deltas_hybrid_model(device).eval()
+    with torch.no_grad():
+        state = model(torch.randint(0, 4096, (1, 960), device=device)).state
+    ids = torch.randint(0, 4096, (1, 32), device=device)
+
+    def step():
+        with torch.no_grad():
+            model(ids, state=state)
+    return step
 
 
 def steps() -> dict:
@@ -192,6 +209,8 @@ def steps() -> dict:
                             lambda d: _decode_step(annotation_lm(), 128, 96, d)),
         "kite_sst_train_256": ("KITE SST (d 256, 2+2) update, one 256-token row", 32, _kite_sst),
         "deltas_hybrid_train_1024": ("DeltaS hybrid LM (d 256) update, one 1024-token row", 16, _deltas_hybrid),
+        "deltas_hybrid_chunk_32": ("DeltaS hybrid LM (d 256) forward of one 32-token chunk on 960 cached tokens", 1,
+                                   _deltas_hybrid_chunk),
     }
 
 
