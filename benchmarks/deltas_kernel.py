@@ -11,8 +11,15 @@ On CUDA each ``--precision`` (the kernel's ``tl.dot`` input precision: ``ieee`` 
 gets its rows, and where flash-linear-attention (``fla-core``, module ``fla``) is installed its
 ``chunk_gated_delta_rule`` on the same inputs gets a row (no drift; forward with the final state) to compare with.
 
+``--hybrid-tokens N`` also times the drift's share of a whole streaming forward (the paper's "1.9% of the forward
+pass", claim C3): the chapter's hybrid LM architecture (``--hybrid-hidden`` wide, untrained weights) reads N tokens in
+chunks of ``--hybrid-chunk``, once plainly and once reading each DeltaNet layer's drift after every chunk as the
+diagnostic does (:func:`agentpost.deltas.rule.state_drift` on the states before and after); the share is
+with / without - 1.
+
     python benchmarks/deltas_kernel.py                       # CPU: torch chunked form, T = 1024
     python benchmarks/deltas_kernel.py --device cuda --seq-lens 8192,32768 --heads 16 --receipt out.json
+    python benchmarks/deltas_kernel.py --seq-lens 256 --hybrid-tokens 2048      # + the drift's share of a forward
 """
 
 from __future__ import annotations
@@ -62,6 +69,38 @@ def _time(fn, repeats, device):
     return times[1:]  # the first call compiles / warms up
 
 
+def _hybrid_forward_share(tokens: int, hidden: int, chunk: int, repeats: int, device: str) -> dict:
+    """Median ms of streaming ``tokens`` through the hybrid LM in ``chunk``-token calls, with and without reading
+    every DeltaNet layer's drift after each chunk, and the drift's share of the forward (with / without - 1)."""
+    import torch
+
+    from agentpost.deltas.hybrid import HybridConfig, HybridForCausalLM
+    from agentpost.deltas.rule import state_drift
+
+    torch.manual_seed(0)
+    model = HybridForCausalLM(HybridConfig(hidden_size=hidden, intermediate_size=3 * hidden,
+                                           linear_num_heads=max(1, hidden // 64),
+                                           num_attention_heads=max(1, hidden // 64), head_dim=64)).to(device).eval()
+    ids = torch.randint(0, model.config.vocab_size, (1, tokens), device=device)
+
+    @torch.no_grad()
+    def stream(with_drift: bool):
+        state = None
+        for c0 in range(0, tokens, chunk):
+            before = None if state is None else state.linear_states()
+            state = model(ids[:, c0:c0 + chunk], state=state).state
+            if with_drift and before is not None:
+                for b, a in zip(before, state.linear_states()):
+                    state_drift(b, a)
+
+    case = f"hybrid LM d={hidden} streaming T={tokens} chunk={chunk}"
+    without = record("deltas_kernel", f"{case} without drift", _time(lambda: stream(False), repeats, device), "ms",
+                     device)
+    with_d = record("deltas_kernel", f"{case} with drift", _time(lambda: stream(True), repeats, device), "ms", device)
+    return {"tokens": tokens, "hidden": hidden, "chunk": chunk, "with_drift_ms": with_d["median"],
+            "without_drift_ms": without["median"], "drift_share": with_d["median"] / without["median"] - 1}
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
@@ -72,8 +111,14 @@ def main(argv=None) -> int:
     p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--precision", default="ieee,tf32", help="CUDA only: comma-separated tl.dot input precisions")
+    p.add_argument("--hybrid-tokens", type=int, default=0, help="time the drift's share of a hybrid LM streaming "
+                   "forward over this many tokens (0: skip)")
+    p.add_argument("--hybrid-hidden", type=int, default=256, help="width of that hybrid LM")
+    p.add_argument("--hybrid-chunk", type=int, default=256, help="tokens per streaming call (one frame group)")
     p.add_argument("--receipt", type=Path)
     args = p.parse_args(argv)
+    if min(args.hybrid_tokens, args.hybrid_hidden - 1, args.hybrid_chunk - 1) < 0 or args.hybrid_hidden % 64:
+        p.error("--hybrid-tokens must be >= 0, --hybrid-chunk >= 1 and --hybrid-hidden a positive multiple of 64")
     if args.device == "cpu":
         os.environ.setdefault("TRITON_INTERPRET", "1")
     import torch
@@ -120,6 +165,8 @@ def main(argv=None) -> int:
                          "with_drift_p80_ms": with_d["p80"], "without_drift_ms": without["median"],
                          "drift_cost_ratio": with_d["median"] / without["median"],
                          "bandwidth_GBps": moved / (without["median"] * 1e-3) / 1e9})
+    hybrid = (_hybrid_forward_share(args.hybrid_tokens, args.hybrid_hidden, args.hybrid_chunk, args.repeats,
+                                    args.device) if args.hybrid_tokens else None)
     if args.device == "cuda" and fla_rule is None:
         print("fla-core is not installed (module fla): no flash-linear-attention row")
     where = "device" if args.device == "cuda" else "interpreter on CPU"
@@ -128,12 +175,17 @@ def main(argv=None) -> int:
     for r in rows:
         print(f"{r['impl']:48s} {r['T']:6d} {r['with_drift_ms']:14.3f} {r['without_drift_ms']:11.3f} "
               f"{r['drift_cost_ratio']:6.3f} {r['bandwidth_GBps']:7.1f}")
+    if hybrid:
+        print(f"hybrid LM streaming forward (d {hybrid['hidden']}, {hybrid['tokens']} tokens in chunks of "
+              f"{hybrid['chunk']}): {hybrid['without_drift_ms']:.1f} ms, with the drift read after every chunk "
+              f"{hybrid['with_drift_ms']:.1f} ms: drift share {hybrid['drift_share']:+.1%} (paper: 1.9%)")
     if args.receipt:
         args.receipt.parent.mkdir(parents=True, exist_ok=True)
         args.receipt.write_text(json.dumps({"benchmark": "deltas_kernel", "args": {k: (v.name if isinstance(v, Path) else str(v)) for k, v in vars(args).items()},
                                             "device": device_info(), "packages": package_versions(),
                                             "kernel_max_abs_error": max_err,
-                                            "kernel_drift_max_rel_error": drift_rel_err, "rows": rows}, indent=1) + "\n")
+                                            "kernel_drift_max_rel_error": drift_rel_err, "rows": rows,
+                                            "hybrid_forward": hybrid}, indent=1) + "\n")
     return 0
 
 
