@@ -19,8 +19,12 @@ sources (:func:`repeat_nll`). A model that copies predicts a repeat far better t
 CPU does: fine-tuning the committed model for 320 + 300 updates (repeats in 75-100% of the windows) left repeat and
 source NLL equal (4.358 vs 4.358 nats); from scratch with 2 attention heads of 64 and undecayed norm gains
 (:func:`param_groups`), every window carrying a 64-192-token repeat, 700 updates of 4 x 512 tokens (1.4M tokens,
-2026-12-05) gave 4.703 vs 4.712. The GPU item ``train-deltas-hybrid`` in ``benchmarks/gpu_predictions.yaml`` trains
-one on 33M tokens.
+2026-12-05) gave 4.703 vs 4.712. Synthetic spans (``repeat_random_prob``) are the signal induction forms on: on pure
+repeated random sequences (16 x 2 x 64 tokens) a 4096-token model copies after ~300 updates when the tokens come from
+512 ids and not in 1000 updates when they are uniform over all 4096; inside WikiText windows (half the repeats
+synthetic, 8 x 512 tokens) 450 updates from scratch and 500 fine-tuning the committed model still left the real-text
+repeat at its source's NLL (4.799 vs 4.782; 4.340 vs 4.323). The GPU item ``train-deltas-hybrid`` in
+``benchmarks/gpu_predictions.yaml`` trains one on 33M tokens.
 """
 
 from __future__ import annotations
@@ -65,6 +69,11 @@ class Hyper:
     repeat_max_len: int = 64
     #: fewest tokens between the end of the source span and its repeat (beyond a recent window)
     repeat_min_gap: int = 64
+    #: share of repeated spans whose source tokens are first replaced by tokens drawn uniformly from the
+    #: ``repeat_random_vocab`` most frequent train tokens (synthetic spans inside real text: unpredictable except by
+    #: copying, the signal induction heads form on)
+    repeat_random_prob: float = 0.0
+    repeat_random_vocab: int = 512
     #: a save_pretrained folder to start from (fine-tuning), relative to the repository root (the receipt records
     #: it); "" = from scratch
     init_from: str = ""
@@ -72,11 +81,13 @@ class Hyper:
     eval_every: int = 0
 
     def __post_init__(self):
-        for name in ("threads", "steps", "batch", "seq_len", "eval_len", "log_every", "repeat_min_len"):
+        for name in ("threads", "steps", "batch", "seq_len", "eval_len", "log_every", "repeat_min_len",
+                     "repeat_random_vocab"):
             if getattr(self, name) < 1:
                 raise ValueError(f"Hyper.{name} must be >= 1, got {getattr(self, name)}")
-        if not 0 <= self.repeat_prob <= 1:
-            raise ValueError(f"Hyper.repeat_prob must be in [0, 1], got {self.repeat_prob}")
+        for name in ("repeat_prob", "repeat_random_prob"):
+            if not 0 <= getattr(self, name) <= 1:
+                raise ValueError(f"Hyper.{name} must be in [0, 1], got {getattr(self, name)}")
         if self.repeat_prob and (self.repeat_max_len < self.repeat_min_len
                                  or 2 * self.repeat_max_len + self.repeat_min_gap > self.seq_len):
             raise ValueError("Hyper.repeat_*: need repeat_min_len <= repeat_max_len and 2 * repeat_max_len + "
@@ -85,12 +96,17 @@ class Hyper:
 
 
 def repeat_spans(windows: torch.Tensor, rng: np.random.Generator, prob: float, min_len: int, max_len: int,
-                 min_gap: int) -> tuple[torch.Tensor, list[tuple[int, int, int, int]]]:
+                 min_gap: int, random_prob: float = 0.0,
+                 random_pool: np.ndarray | None = None) -> tuple[torch.Tensor, list[tuple[int, int, int, int]]]:
     """With probability ``prob`` per window, a span of ``L ~ U[min_len, max_len]`` tokens at a random start ``s`` is
     written again at ``d >= s + L + min_gap`` (:func:`agentpost.deltas.stream.repeat_span`): predicting the repeat
-    needs the source, ``min_gap`` or more tokens back. Returns the windows and ``(window, s, d, L)`` per repeat."""
+    needs the source, ``min_gap`` or more tokens back. With probability ``random_prob`` per repeat the source span is
+    first overwritten by tokens drawn uniformly from ``random_pool`` (a synthetic span). Returns the windows and
+    ``(window, s, d, L)`` per repeat."""
     from agentpost.deltas.stream import repeat_span
 
+    if random_prob and (random_pool is None or len(random_pool) == 0):
+        raise ValueError("repeat_spans: random_prob > 0 needs a non-empty random_pool of token ids")
     out, spans = windows.clone(), []
     T = windows.shape[1]
     for i in range(windows.shape[0]):
@@ -98,7 +114,9 @@ def repeat_spans(windows: torch.Tensor, rng: np.random.Generator, prob: float, m
             L = int(rng.integers(min_len, max_len + 1))
             s = int(rng.integers(0, T - 2 * L - min_gap + 1))
             d = int(rng.integers(s + L + min_gap, T - L + 1))
-            out[i] = repeat_span(windows[i], s, d, L)
+            if rng.random() < random_prob:
+                out[i, s:s + L] = torch.as_tensor(rng.choice(random_pool, L))
+            out[i] = repeat_span(out[i], s, d, L)
             spans.append((i, s, d, L))
     return out, spans
 
@@ -116,6 +134,12 @@ def unigram_ppl(train: np.ndarray, ids: np.ndarray, vocab_size: int) -> float:
     counts = np.bincount(train, minlength=vocab_size) + 1.0
     logp = np.log(counts / counts.sum())
     return float(math.exp(-logp[ids].mean()))
+
+
+def frequent_tokens(ids: np.ndarray, k: int) -> np.ndarray:
+    """The ``k`` most frequent token ids of ``ids`` (ties by id), most frequent first."""
+    counts = np.bincount(ids)
+    return np.argsort(-counts, kind="stable")[:k]
 
 
 def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
@@ -148,6 +172,7 @@ def train(hp: Hyper = Hyper(), config: HybridConfig | None = None, wiki: dict | 
     log(f"hybrid LM: {n_params:,} parameters, layers {config.layer_types}")
     opt = torch.optim.AdamW(param_groups(model, hp.weight_decay), lr=hp.lr, betas=(0.9, 0.95))
     model.train()
+    random_pool = frequent_tokens(wiki["train"], hp.repeat_random_vocab)
     losses, repeat_curve = [], []
     for step in range(hp.steps):
         for g in opt.param_groups:
@@ -155,7 +180,7 @@ def train(hp: Hyper = Hyper(), config: HybridConfig | None = None, wiki: dict | 
         windows = random_windows(wiki["train"], rng, hp.batch, hp.seq_len)
         if hp.repeat_prob:
             windows, _ = repeat_spans(windows, rng, hp.repeat_prob, hp.repeat_min_len, hp.repeat_max_len,
-                                   hp.repeat_min_gap)
+                                      hp.repeat_min_gap, hp.repeat_random_prob, random_pool)
         loss = lm_loss(model, windows.to(hp.device))
         optimizer_step(model, opt, loss, hp.grad_clip)
         losses.append(loss.item())

@@ -11,7 +11,7 @@ from agentpost.deltas.hybrid import HybridConfig, HybridForCausalLM, load_hybrid
 from agentpost.deltas.retention import make_policy
 from agentpost.deltas.stream import (budget_grid, continuation_nll, read_prefix, repeat_span, repeat_streams,
                                      stream_budget_rows, stream_prefix)
-from agentpost.deltas.train_hybrid import Hyper, param_groups, repeat_spans, train, unigram_ppl
+from agentpost.deltas.train_hybrid import Hyper, frequent_tokens, param_groups, repeat_spans, train, unigram_ppl
 
 TINY = dict(vocab_size=50, hidden_size=16, intermediate_size=24, linear_num_heads=2, linear_head_dim=8,
             num_attention_heads=2, head_dim=8, chunk_size=4,
@@ -323,6 +323,24 @@ def test_training_repeats_put_the_copy_a_gap_or_more_after_its_source():
     assert none == []
     with pytest.raises(ValueError, match="repeat"):
         Hyper(seq_len=100, repeat_prob=0.5, repeat_max_len=40, repeat_min_gap=30)
+
+
+def test_synthetic_repeats_draw_the_source_from_the_pool_and_copy_it():
+    windows = torch.arange(400).reshape(4, 100) + 1000  # no window token lies in the pool
+    pool = np.array([3, 7, 11])
+    out, spans = repeat_spans(windows, np.random.default_rng(0), 1.0, 5, 20, 30, random_prob=1.0, random_pool=pool)
+    for i, s, d, L in spans:
+        assert set(out[i, s:s + L].tolist()) <= {3, 7, 11}
+        assert torch.equal(out[i, d:d + L], out[i, s:s + L])
+        assert torch.equal(out[i, :s], windows[i, :s]) and torch.equal(out[i, s + L:d], windows[i, s + L:d])
+    with pytest.raises(ValueError, match="random_pool"):
+        repeat_spans(windows, np.random.default_rng(0), 1.0, 5, 20, 30, random_prob=0.5)
+    with pytest.raises(ValueError, match="repeat_random_prob"):
+        Hyper(repeat_random_prob=1.5)
+
+
+def test_frequent_tokens_by_count_then_id():
+    assert frequent_tokens(np.array([5, 2, 2, 9, 5, 2, 0]), 3).tolist() == [2, 5, 0]
 
 
 def test_budget_grid_repeat_task_scores_a_repeated_prefix_span():
