@@ -19,7 +19,8 @@ sources (:func:`repeat_nll`). A model that copies predicts a repeat far better t
 CPU does: fine-tuning the committed model for 320 + 300 updates (repeats in 75-100% of the windows) left repeat and
 source NLL equal (4.358 vs 4.358 nats); from scratch with 2 attention heads of 64 and undecayed norm gains
 (:func:`param_groups`), every window carrying a 64-192-token repeat, 700 updates of 4 x 512 tokens (1.4M tokens,
-2026-12-05) gave 4.703 vs 4.712. Synthetic spans (``repeat_random_prob``) are the signal induction forms on: on pure
+2026-12-05) gave 4.703 vs 4.712. Synthetic spans (``repeat_random_prob``) give a signal only copying can use. In
+exploratory trials on 2 threads (2026-12-05; their scripts are not kept, so these figures are not receipts): on pure
 repeated random sequences (16 x 2 x 64 tokens) a 4096-token model copies after ~300 updates when the tokens come from
 512 ids and not in 1000 updates when they are uniform over all 4096; inside WikiText windows (half the repeats
 synthetic, 8 x 512 tokens) 450 updates from scratch and 500 fine-tuning the committed model still left the real-text
@@ -71,7 +72,7 @@ class Hyper:
     repeat_min_gap: int = 64
     #: share of repeated spans whose source tokens are first replaced by tokens drawn uniformly from the
     #: ``repeat_random_vocab`` most frequent train tokens (synthetic spans inside real text: unpredictable except by
-    #: copying, the signal induction heads form on)
+    #: copying)
     repeat_random_prob: float = 0.0
     repeat_random_vocab: int = 512
     #: a save_pretrained folder to start from (fine-tuning), relative to the repository root (the receipt records
@@ -114,7 +115,7 @@ def repeat_spans(windows: torch.Tensor, rng: np.random.Generator, prob: float, m
             L = int(rng.integers(min_len, max_len + 1))
             s = int(rng.integers(0, T - 2 * L - min_gap + 1))
             d = int(rng.integers(s + L + min_gap, T - L + 1))
-            if rng.random() < random_prob:
+            if random_prob and rng.random() < random_prob:  # no draw when off: earlier seeds give the same windows
                 out[i, s:s + L] = torch.as_tensor(rng.choice(random_pool, L))
             out[i] = repeat_span(out[i], s, d, L)
             spans.append((i, s, d, L))
@@ -172,7 +173,7 @@ def train(hp: Hyper = Hyper(), config: HybridConfig | None = None, wiki: dict | 
     log(f"hybrid LM: {n_params:,} parameters, layers {config.layer_types}")
     opt = torch.optim.AdamW(param_groups(model, hp.weight_decay), lr=hp.lr, betas=(0.9, 0.95))
     model.train()
-    random_pool = frequent_tokens(wiki["train"], hp.repeat_random_vocab)
+    random_pool = frequent_tokens(wiki["train"], hp.repeat_random_vocab) if hp.repeat_random_prob else None
     losses, repeat_curve = [], []
     for step in range(hp.steps):
         for g in opt.param_groups:

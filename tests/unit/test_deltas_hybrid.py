@@ -321,6 +321,8 @@ def test_training_repeats_put_the_copy_a_gap_or_more_after_its_source():
         assert torch.equal(out[i, :d], windows[i, :d]) and torch.equal(out[i, d + L:], windows[i, d + L:])
     _, none = repeat_spans(windows, np.random.default_rng(0), 0.0, 5, 20, 30)
     assert none == []
+    off, _ = repeat_spans(windows, np.random.default_rng(0), 1.0, 5, 20, 30, random_prob=0.0, random_pool=np.array([3]))
+    assert torch.equal(off, out)  # synthetic spans off: the same draws as without them
     with pytest.raises(ValueError, match="repeat"):
         Hyper(seq_len=100, repeat_prob=0.5, repeat_max_len=40, repeat_min_gap=30)
 
@@ -329,6 +331,7 @@ def test_synthetic_repeats_draw_the_source_from_the_pool_and_copy_it():
     windows = torch.arange(400).reshape(4, 100) + 1000  # no window token lies in the pool
     pool = np.array([3, 7, 11])
     out, spans = repeat_spans(windows, np.random.default_rng(0), 1.0, 5, 20, 30, random_prob=1.0, random_pool=pool)
+    assert len(spans) == 4
     for i, s, d, L in spans:
         assert set(out[i, s:s + L].tolist()) <= {3, 7, 11}
         assert torch.equal(out[i, d:d + L], out[i, s:s + L])
