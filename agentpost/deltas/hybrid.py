@@ -41,7 +41,8 @@ class HybridConfig(PretrainedConfig):
                  layer_types=("linear_attention", "full_attention", "linear_attention", "full_attention"),
                  linear_num_heads: int = 2, linear_head_dim: int = 64, conv_kernel: int = 4,
                  num_attention_heads: int = 4, head_dim: int = 32, rope_theta: float = 10000.0,
-                 rms_norm_eps: float = 1e-6, chunk_size: int = 64, initializer_range: float = 0.02, **kwargs):
+                 rms_norm_eps: float = 1e-6, chunk_size: int = 64, initializer_range: float = 0.02,
+                 key_shift: bool = False, partial_rotary_factor: float = 1.0, **kwargs):
         kwargs.setdefault("tie_word_embeddings", False)
         super().__init__(**kwargs)
         bad = [t for t in layer_types if t not in LAYER_TYPES]
@@ -59,6 +60,10 @@ class HybridConfig(PretrainedConfig):
         self.linear_num_heads, self.linear_head_dim, self.conv_kernel = linear_num_heads, linear_head_dim, conv_kernel
         self.num_attention_heads, self.head_dim, self.rope_theta = num_attention_heads, head_dim, rope_theta
         self.rms_norm_eps, self.chunk_size, self.initializer_range = rms_norm_eps, chunk_size, initializer_range
+        if not 0 < partial_rotary_factor <= 1 or int(head_dim * partial_rotary_factor) % 2:
+            raise ValueError(f"HybridConfig.partial_rotary_factor must be in (0, 1] with an even number of rotated "
+                             f"dims, got {partial_rotary_factor} of head_dim {head_dim}")
+        self.key_shift, self.partial_rotary_factor = bool(key_shift), float(partial_rotary_factor)
 
     @property
     def num_hidden_layers(self) -> int:
@@ -81,10 +86,13 @@ class AttentionCache:
     keys: torch.Tensor
     values: torch.Tensor
     positions: torch.Tensor
+    #: with ``key_shift``: the newest token's normalised key before the shift and RoPE ``[B, heads, 1, head_dim]``,
+    #: which the next token's shifted key mixes in (kept by every eviction: it is not a cache entry)
+    last_key: torch.Tensor | None = None
 
     def take(self, keep: torch.Tensor) -> "AttentionCache":
         keep = keep.to(self.keys.device)
-        return AttentionCache(self.keys[:, :, keep], self.values[:, :, keep], self.positions[keep])
+        return AttentionCache(self.keys[:, :, keep], self.values[:, :, keep], self.positions[keep], self.last_key)
 
 
 @dataclass
@@ -124,14 +132,17 @@ class RMSNorm(nn.Module):
         return self.weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps))
 
 
-def rope(x: torch.Tensor, positions: torch.Tensor, theta: float) -> torch.Tensor:
-    """Rotary embedding (half-split layout, as Qwen/Llama) of ``x`` ``[B, heads, T, d]`` at ``positions`` ``[T]``."""
-    d = x.shape[-1]
+def rope(x: torch.Tensor, positions: torch.Tensor, theta: float, rotary_dim: int | None = None) -> torch.Tensor:
+    """Rotary embedding (half-split layout, as Qwen/Llama) of ``x`` ``[B, heads, T, d]`` at ``positions`` ``[T]``, on
+    its first ``rotary_dim`` dims (default all; the rest pass unrotated, as Qwen3-Next's ``partial_rotary_factor``
+    in transformers' ``qwen3_next/modeling_qwen3_next.py``, ``apply_rotary_pos_emb``)."""
+    d = x.shape[-1] if rotary_dim is None else rotary_dim
+    x, rest = x[..., :d], x[..., d:]
     inv = theta ** (-torch.arange(0, d, 2, device=x.device, dtype=torch.float32) / d)
     ang = positions.to(x.device, torch.float32)[:, None] * inv[None]
     cos, sin = torch.cat([ang.cos(), ang.cos()], -1), torch.cat([ang.sin(), ang.sin()], -1)
     x1, x2 = x[..., : d // 2], x[..., d // 2:]
-    return x * cos + torch.cat([-x2, x1], -1) * sin
+    return torch.cat([x * cos + torch.cat([-x2, x1], -1) * sin, rest], -1)
 
 
 class GatedDeltaNet(nn.Module):
@@ -169,19 +180,36 @@ class GatedDeltaNet(nn.Module):
 
 
 class Attention(nn.Module):
-    """Full causal attention with q/k RMSNorm and RoPE over a position-tagged KV cache."""
+    """Full causal attention with q/k RMSNorm and RoPE over a position-tagged KV cache.
+
+    With ``cfg.key_shift`` each head's key at position ``j`` is ``(1 - m) k_j + m k_{j-1}`` before RoPE, with a learned
+    per-head mix ``m = sigmoid(key_shift_logit)`` (the "smeared key" architecture of Olsson et al. 2022, *In-context
+    Learning and Induction Heads*, Argument 2): a query for token ``x_t`` can then find the entry that followed an
+    earlier ``x_t`` in one attention layer, the circuit a model needs to copy from distant context."""
 
     def __init__(self, cfg: HybridConfig):
         super().__init__()
         self.nh, self.hd, self.theta = cfg.num_attention_heads, cfg.head_dim, cfg.rope_theta
+        self.rotary_dim = int(cfg.head_dim * cfg.partial_rotary_factor)
         self.qkv = nn.Linear(cfg.hidden_size, 3 * self.nh * self.hd, bias=False)
         self.q_norm, self.k_norm = RMSNorm(self.hd, cfg.rms_norm_eps), RMSNorm(self.hd, cfg.rms_norm_eps)
         self.out = nn.Linear(self.nh * self.hd, cfg.hidden_size, bias=False)
+        self.key_shift_logit = nn.Parameter(torch.zeros(self.nh)) if cfg.key_shift else None
+
+    def _shift_keys(self, k: torch.Tensor, cache: AttentionCache | None) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Normalised keys ``[B, heads, T, d]`` mixed with their predecessor's (the first token of a stream with
+        zeros); returns them and the newest unshifted key (the next call's predecessor)."""
+        if self.key_shift_logit is None:
+            return k, None
+        prev = cache.last_key if cache is not None and cache.last_key is not None else torch.zeros_like(k[:, :, :1])
+        m = torch.sigmoid(self.key_shift_logit).view(1, -1, 1, 1)
+        return (1 - m) * k + m * torch.cat([prev, k[:, :, :-1]], 2), k[:, :, -1:]
 
     def forward(self, x, positions: torch.Tensor, cache: AttentionCache | None, record: bool = False):
         B, T, _ = x.shape
         q, k, v = (t.reshape(B, T, self.nh, self.hd).transpose(1, 2) for t in self.qkv(x).chunk(3, -1))
-        q, k = rope(self.q_norm(q), positions, self.theta), rope(self.k_norm(k), positions, self.theta)
+        k, last_key = self._shift_keys(self.k_norm(k), cache)
+        q, k = (rope(t, positions, self.theta, self.rotary_dim) for t in (self.q_norm(q), k))
         if cache is not None:
             k, v = torch.cat([cache.keys, k], 2), torch.cat([cache.values, v], 2)
             key_pos = torch.cat([cache.positions, positions])
@@ -198,7 +226,7 @@ class Attention(nn.Module):
         else:
             y = F.scaled_dot_product_attention(q, k, v, attn_mask=visible)
         y = self.out(y.transpose(1, 2).reshape(B, T, -1))
-        return y, AttentionCache(k, v, key_pos), weights
+        return y, AttentionCache(k, v, key_pos, last_key), weights
 
 
 class Block(nn.Module):
@@ -239,6 +267,8 @@ class HybridForCausalLM(PreTrainedModel):
     def _init_weights(self, module):
         if isinstance(module, (nn.Linear, nn.Embedding)):
             nn.init.normal_(module.weight, std=self.config.initializer_range)
+        if isinstance(module, Attention) and module.key_shift_logit is not None:
+            nn.init.zeros_(module.key_shift_logit)  # an even mix of each key with its predecessor
 
     def forward(self, input_ids: torch.Tensor, state: HybridState | None = None, labels: torch.Tensor | None = None,
                 record_attention: bool = False, **_) -> HybridOutput:
