@@ -24,8 +24,19 @@ exploratory trials on 2 threads (2026-12-05; their scripts are not kept, so thes
 repeated random sequences (16 x 2 x 64 tokens) a 4096-token model copies after ~300 updates when the tokens come from
 512 ids and not in 1000 updates when they are uniform over all 4096; inside WikiText windows (half the repeats
 synthetic, 8 x 512 tokens) 450 updates from scratch and 500 fine-tuning the committed model still left the real-text
-repeat at its source's NLL (4.799 vs 4.782; 4.340 vs 4.323). The GPU item ``train-deltas-hybrid`` in
-``benchmarks/gpu_predictions.yaml`` trains one on 33M tokens.
+repeat at its source's NLL (4.799 vs 4.782; 4.340 vs 4.323). Trials on 2026-12-06 (also exploratory, 2 threads,
+fine-tuning the committed model at lr 3e-3 unless said) read the ~300-update copy above as positional: those blocks
+always repeat exactly 64 tokens back, which a RoPE head can learn without matching content. After 400 such updates
+the model copied them (loss 3.1 = log(512) / 2), and 400 more updates on WikiText windows with half the spans
+synthetic lost it (synthetic repeat 6.45 vs source 6.43 nats). A content copy, spans of 32-96 pool tokens repeated
+16 or more tokens later at a random place in 16 x 256 random pool tokens, did not appear in 350-600 updates with
+any of: the committed layout; partial RoPE (``--partial-rotary-factor 0.25``, Qwen3-Next's, so 24 of 32 dims match
+content at any distance); partial RoPE with smeared keys (``--key-shift``, Olsson et al. 2022's one-layer induction
+architecture); a 128-id pool. Even a from-scratch one-attention-layer model with smeared keys, or two attention layers
+without, stayed at log(32) on 32-id sequences of 64 tokens after 400 updates of 32 sequences at lr 1e-2: the
+query-key and the value-output halves of a copy each have no gradient until the other exists, and these budgets do
+not leave that plateau. The GPU item ``train-deltas-hybrid`` in ``benchmarks/gpu_predictions.yaml`` trains one on 33M
+tokens with partial RoPE and smeared keys, logging the real and the synthetic repeat NLL.
 """
 
 from __future__ import annotations
@@ -188,10 +199,13 @@ def train(hp: Hyper = Hyper(), config: HybridConfig | None = None, wiki: dict | 
         if step % hp.log_every == 0 or step == hp.steps - 1:
             log(f"[{time.time() - t0:7.1f}s] step {step + 1}/{hp.steps} loss {loss.item():.3f}")
         if hp.repeat_prob and hp.eval_every and (step + 1) % hp.eval_every == 0:
-            rep = repeat_nll(model, wiki["validation"], hp, np.random.default_rng(hp.seed + 1))
+            rep = repeat_nll(model, wiki["validation"], hp, np.random.default_rng(hp.seed + 1),
+                             synthetic_pool=random_pool)
             repeat_curve.append({"step": step + 1, **rep})
+            synthetic = (f"; synthetic {rep['synthetic_repeat_nll']:.3f} (its source {rep['synthetic_source_nll']:.3f})"
+                         if random_pool is not None else "")
             log(f"[{time.time() - t0:7.1f}s] step {step + 1} validation repeat NLL {rep['repeat_nll']:.3f} "
-                f"(its source {rep['source_nll']:.3f})")
+                f"(its source {rep['source_nll']:.3f}){synthetic}")
             model.train()
     train_s = time.time() - t0
     model.eval()
@@ -203,7 +217,8 @@ def train(hp: Hyper = Hyper(), config: HybridConfig | None = None, wiki: dict | 
     if repeat_curve:
         evaluation["validation_repeat_during_training"] = repeat_curve
     if hp.repeat_prob:
-        evaluation["validation_repeat"] = repeat_nll(model, wiki["validation"], hp, np.random.default_rng(hp.seed + 1))
+        evaluation["validation_repeat"] = repeat_nll(model, wiki["validation"], hp, np.random.default_rng(hp.seed + 1),
+                                                     synthetic_pool=random_pool)
     evaluation["unigram_validation_token_ppl"] = unigram_ppl(wiki["train"], wiki["validation"][: hp.eval_max_tokens or None],
                                                              config.vocab_size)
     origin = f"fine-tuned from {hp.init_from}" if hp.init_from else "trained from scratch"
@@ -229,18 +244,26 @@ def train(hp: Hyper = Hyper(), config: HybridConfig | None = None, wiki: dict | 
 
 @torch.no_grad()
 def repeat_nll(model: HybridForCausalLM, ids: np.ndarray, hp: Hyper, rng: np.random.Generator,
-               n_windows: int = 16) -> dict:
+               n_windows: int = 16, synthetic_pool: np.ndarray | None = None) -> dict:
     """Mean next-token NLL (nats) of a span's tokens after its first, at the source and at its verbatim repeat
     (``repeat_max_len`` tokens, ``repeat_min_gap`` or more tokens later), over ``n_windows`` windows of ``ids``. A
-    model that retrieves from distant context predicts the repeat far better than the source."""
-    windows, spans = repeat_spans(random_windows(ids, rng, n_windows, hp.seq_len), rng, 1.0, hp.repeat_max_len,
-                                  hp.repeat_max_len, hp.repeat_min_gap)
-    logits = model(input_ids=windows.to(hp.device)).logits[:, :-1].float().cpu()
-    nll = torch.nn.functional.cross_entropy(logits.transpose(1, 2), windows[:, 1:], reduction="none")
-    # the target at position t + 1 is predicted at t: a span's tokens after its first are targets s+1 .. s+L-1
-    source = torch.stack([nll[i, s:s + L - 1].mean() for i, s, _, L in spans])
-    repeat = torch.stack([nll[i, d:d + L - 1].mean() for i, _, d, L in spans])
-    return {"windows": len(spans), "source_nll": float(source.mean()), "repeat_nll": float(repeat.mean())}
+    model that retrieves from distant context predicts the repeat far better than the source. With
+    ``synthetic_pool`` (token ids) the same windows are read again with every span synthetic (drawn from the pool)
+    and ``synthetic_source_nll`` / ``synthetic_repeat_nll`` are added: without a copy a synthetic repeat stays near
+    ``log len(synthetic_pool)``."""
+    windows = random_windows(ids, rng, n_windows, hp.seq_len)
+    span_seed = int(rng.integers(2**63))
+    pools = {"": None} if synthetic_pool is None else {"": None, "synthetic_": synthetic_pool}
+    out = {}
+    for prefix, pool in pools.items():
+        tokens, spans = repeat_spans(windows, np.random.default_rng(span_seed), 1.0, hp.repeat_max_len,
+                                     hp.repeat_max_len, hp.repeat_min_gap, float(pool is not None), pool)
+        logits = model(input_ids=tokens.to(hp.device)).logits[:, :-1].float().cpu()
+        nll = torch.nn.functional.cross_entropy(logits.transpose(1, 2), tokens[:, 1:], reduction="none")
+        # the target at position t + 1 is predicted at t: a span's tokens after its first are targets s+1 .. s+L-1
+        out[f"{prefix}source_nll"] = float(torch.stack([nll[i, s:s + L - 1].mean() for i, s, _, L in spans]).mean())
+        out[f"{prefix}repeat_nll"] = float(torch.stack([nll[i, d:d + L - 1].mean() for i, _, d, L in spans]).mean())
+    return {"windows": len(spans), **out}
 
 
 def save(model: HybridForCausalLM, receipt: dict, out_dir: Path = ASSET_DIR) -> dict:
@@ -272,12 +295,17 @@ def main(argv=None):
                         help="comma-separated linear_attention / full_attention")
     parser.add_argument("--num-attention-heads", type=int, default=HybridConfig().num_attention_heads)
     parser.add_argument("--head-dim", type=int, default=HybridConfig().head_dim)
+    parser.add_argument("--partial-rotary-factor", type=float, default=HybridConfig().partial_rotary_factor,
+                        help="share of each attention head's dims RoPE rotates (Qwen3-Next: 0.25)")
+    parser.add_argument("--key-shift", action="store_true",
+                        help="mix each attention key with its predecessor's (smeared keys, Olsson et al. 2022)")
     parser.add_argument("--out", type=Path, default=ASSET_DIR)
     args = vars(parser.parse_args(argv))
     out, hidden, layers = args.pop("out"), args.pop("hidden_size"), args.pop("layer_types").split(",")
     heads, head_dim = args.pop("num_attention_heads"), args.pop("head_dim")
+    attention = {"partial_rotary_factor": args.pop("partial_rotary_factor"), "key_shift": args.pop("key_shift")}
     model, receipt = train(Hyper(**args), HybridConfig(hidden_size=hidden, layer_types=layers,
-                                                       num_attention_heads=heads, head_dim=head_dim))
+                                                       num_attention_heads=heads, head_dim=head_dim, **attention))
     argv = list(argv or [])
     if "--out" in argv:  # where it was written is this machine's business, not the artifact's
         del argv[argv.index("--out"):argv.index("--out") + 2]
