@@ -46,7 +46,7 @@ AGGREGATIONS = ("mean", "max")
 #: Reference cuts every stream is scored under, besides the policies (see the module docstring).
 REFERENCES = ("full", "sinks_recent", "no_kv")
 #: What a stream's continuation is (see :func:`budget_grid`).
-TASKS = ("text", "repeat")
+TASKS = ("text", "repeat", "repeat_synthetic")
 #: When a policy evicts (see :func:`stream_budget_rows`).
 EVICTIONS = ("streaming", "once")
 
@@ -265,18 +265,27 @@ def repeat_span(tokens: torch.Tensor, src: int, dst: int, length: int) -> torch.
 
 
 def repeat_streams(windows: list[torch.Tensor], prefix_tokens: int, n_sinks: int, n_recent: int,
-                   seed: int) -> list[torch.Tensor]:
+                   seed: int, pool: torch.Tensor | None = None) -> list[torch.Tensor]:
     """Each window's continuation (its tokens from ``prefix_tokens`` on) replaced by a verbatim repeat of the prefix
     span of the same length starting at ``s ~ U[n_sinks, prefix_tokens - n_recent - length]`` (seeded): the span
-    lies wholly in the middle of the cache, which eviction decides about."""
+    lies wholly in the middle of the cache, which eviction decides about. With ``pool`` (token ids) the span is first
+    overwritten by tokens drawn uniformly from it (a synthetic span inside the real text: without the span's KV
+    entries its repeat is predictable only at the pool's entropy, ``log len(pool)`` nats a token); the starts are
+    drawn first, so a seed keeps its spans' places with or without ``pool``."""
     length = windows[0].numel() - prefix_tokens
     hi = prefix_tokens - n_recent - length
     if hi < n_sinks:
         raise ValueError(f"a repeated continuation of {length} tokens does not fit between {n_sinks} sinks and "
                          f"{n_recent} recent tokens of a {prefix_tokens}-token prefix")
+    if pool is not None and pool.numel() == 0:
+        raise ValueError("repeat_streams: the pool of synthetic-span tokens is empty")
     gen = torch.Generator().manual_seed(seed)
-    starts = torch.randint(n_sinks, hi + 1, (len(windows),), generator=gen)
-    return [repeat_span(w, s, prefix_tokens, length) for w, s in zip(windows, starts.tolist())]
+    starts = torch.randint(n_sinks, hi + 1, (len(windows),), generator=gen).tolist()
+    if pool is not None:
+        windows = [w.clone() for w in windows]
+        for w, s in zip(windows, starts):
+            w[s:s + length] = pool[torch.randint(0, pool.numel(), (length,), generator=gen)]
+    return [repeat_span(w, s, prefix_tokens, length) for w, s in zip(windows, starts)]
 
 
 def sample_streams(ids: torch.Tensor, n: int, length: int, seed: int) -> list[torch.Tensor]:
@@ -292,12 +301,15 @@ def budget_grid(model: HybridForCausalLM, ids: torch.Tensor, seed: int, *, n_str
                 continuation_tokens: int, chunk_tokens: int, budget_fractions, policies, n_sinks: int,
                 n_recent: int, buckets: int = 4, retention: str = "bucketed", drift_norm: str = "relative",
                 drift_source: str = "raw", layer_agg: str = "mean", head_agg: str = "mean", eps: float = 1e-6,
-                task: str = "text", eviction: str = "streaming", progress: bool = True) -> dict:
+                task: str = "text", eviction: str = "streaming", synthetic_pool: torch.Tensor | None = None,
+                progress: bool = True) -> dict:
     """:func:`stream_budget_rows` over ``n_streams`` streams drawn with generator seed ``seed`` (one run = one
     seed; stream ``i``'s random policy uses seed ``1000 * seed + i``). ``task`` is one of :data:`TASKS`: ``"text"``
     scores the text that follows the prefix; ``"repeat"`` makes the continuation a verbatim repeat of a prefix span
     beyond the sinks and the recent window (:func:`repeat_streams`), so the continuation needs the middle of the
-    cache. ``eviction``: see :func:`stream_budget_rows`. Returns frames ``nll`` and ``overlap`` (column stream, ...), ``chunks`` (stream, chunk, drift,
+    cache; ``"repeat_synthetic"`` does the same after overwriting that span with tokens drawn uniformly from
+    ``synthetic_pool`` (SYNTHETIC span, real text around it), so only a copy from the span's entries predicts the
+    continuation. ``eviction``: see :func:`stream_budget_rows`. Returns frames ``nll`` and ``overlap`` (column stream, ...), ``chunks`` (stream, chunk, drift,
     decay_share, attention_mass) and ``heads`` (stream, chunk, layer, head, decay_share). Every budget must leave
     room beyond the sinks and the recent window."""
     check_budgets(budget_fractions, prefix_tokens, n_sinks, n_recent)
@@ -305,10 +317,13 @@ def budget_grid(model: HybridForCausalLM, ids: torch.Tensor, seed: int, *, n_str
         raise ValueError(f"task must be one of {TASKS}, got {task!r}")
     if eviction not in EVICTIONS:
         raise ValueError(f"eviction must be one of {EVICTIONS}, got {eviction!r}")
+    if task == "repeat_synthetic" and synthetic_pool is None:
+        raise ValueError('task "repeat_synthetic" needs synthetic_pool, the token ids its spans are drawn from')
     out = {"nll": [], "overlap": [], "chunks": [], "heads": []}
     windows = sample_streams(ids, n_streams, prefix_tokens + continuation_tokens + 1, seed)
-    if task == "repeat":
-        windows = repeat_streams(windows, prefix_tokens, n_sinks, n_recent, seed + 2**31)  # not the starts' draws
+    if task != "text":  # not the starts' draws
+        windows = repeat_streams(windows, prefix_tokens, n_sinks, n_recent, seed + 2**31,
+                                 synthetic_pool if task == "repeat_synthetic" else None)
     for i, window in enumerate(tqdm(windows, desc="LM streams", disable=not progress)):
         res = stream_budget_rows(model, window, prefix_tokens, chunk_tokens, budget_fractions, policies,
                                  n_sinks=n_sinks, n_recent=n_recent, buckets=buckets, retention=retention,
