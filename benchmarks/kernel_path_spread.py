@@ -113,11 +113,39 @@ def paired_spread(per_path: dict[str, dict]) -> list[dict]:
     return rows
 
 
+def earlier_paths(old: dict) -> tuple[dict[str, dict], list[dict]]:
+    """A spread file's measured paths (not its ``committed`` column) as ``{path@machine: flat values}`` and its paired
+    rows, so a run on another machine can add its paths to them (``--keep``)."""
+    machine = old["device"]["name"]
+    label = {p: p if "@" in p else f"{p}@{machine}" for p in old["paths"]}
+    flat = {label[p]: {k: row["values"][p] for k, row in old["values"].items() if p in row["values"]} for p in label}
+    paired = [r | {"estimate": {label.get(p, p): v for p, v in r["estimate"].items() if p != "committed"},
+                   "verdicts": {label.get(p, p): v for p, v in r["verdicts"].items() if p != "committed"}}
+              for r in old["paired"]]
+    return flat, paired
+
+
+def merge_paired(rows: list[dict], earlier: list[dict]) -> list[dict]:
+    """Paired rows over the union of both path sets (estimate spread recomputed, the larger MDE)."""
+    before = {r["comparison"]: r for r in earlier}
+    merged = []
+    for r in rows:
+        e = before.get(r["comparison"], {"estimate": {}, "verdicts": {}, "mde": r["mde"]})
+        est, verdicts = e["estimate"] | r["estimate"], e["verdicts"] | r["verdicts"]
+        spread, mde = max(est.values()) - min(est.values()), max(r["mde"], e["mde"])
+        merged.append(r | {"estimate": est, "verdicts": verdicts, "estimate_spread": spread, "mde": mde,
+                           "spread_below_mde": spread == 0.0 or spread < mde})
+    return merged
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("chapters", nargs="+")
     parser.add_argument("--paths", default=",".join(DEFAULT_PATHS), help="comma-separated kernel paths to run")
     parser.add_argument("--jobs", type=int, default=1, help="kernel paths run at once (each in its own process)")
+    parser.add_argument("--keep", action="store_true",
+                        help="keep the paths the chapter's spread file already holds (another machine's: named "
+                             "path@machine) and add these, so the tolerances cover both CPUs")
     args = parser.parse_args(argv)
     paths = args.paths.split(",")
     unknown = sorted(set(paths) - set(KERNEL_PATHS))
@@ -135,11 +163,23 @@ def main(argv: list[str] | None = None) -> int:
             futures = {p: pool.submit(run_path, chapter, KERNEL_PATHS[p], Path(tmp) / p) for p in paths}
             for p, future in futures.items():
                 per_path[p], walls[p] = future.result()
-        result = {"chapter": chapter, "seed": 42, "profile": "smoke (notebook defaults)", "paths": paths,
-                  "environments": {p: KERNEL_PATHS[p] for p in paths},
-                  "wall_s": walls, "device": device_info(), "packages": package_versions(),
-                  "paired": paired_spread(per_path), "values": spread_table(per_path)}
         out = SPREAD_DIR / f"{chapter}.json"
+        device, paired = device_info(), paired_spread(per_path)
+        labels = {p: f"{p}@{device['name']}" if args.keep else p for p in paths}
+        per_path = {labels.get(p, p): v for p, v in per_path.items()}
+        environments = {labels[p]: KERNEL_PATHS[p] for p in paths}
+        if args.keep and out.is_file():
+            old = json.loads(out.read_text())
+            flat, earlier = earlier_paths(old)
+            paired = merge_paired([r | {"estimate": {labels.get(p, p): v for p, v in r["estimate"].items()},
+                                        "verdicts": {labels.get(p, p): v for p, v in r["verdicts"].items()}}
+                                   for r in paired], earlier)
+            per_path |= flat
+            environments = {k: old["environments"][p] for p in old["paths"] for k in flat if k.startswith(p + "@")
+                            or k == p} | environments
+        result = {"chapter": chapter, "seed": 42, "profile": "smoke (notebook defaults)", "paths": list(environments),
+                  "environments": environments, "wall_s": {labels[p]: w for p, w in walls.items()}, "device": device,
+                  "packages": package_versions(), "paired": paired, "values": spread_table(per_path)}
         out.write_text(json.dumps(result, indent=1, sort_keys=True) + "\n")
         print(f"\n{chapter}: {len(result['values'])} glued values over paths {paths} -> {out.relative_to(ROOT)}")
         print(f"{'comparison':48s} {'spread':>10s} {'MDE':>10s}  verdicts")
