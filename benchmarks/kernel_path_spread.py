@@ -113,16 +113,14 @@ def paired_spread(per_path: dict[str, dict]) -> list[dict]:
     return rows
 
 
-def earlier_paths(old: dict) -> tuple[dict[str, dict], list[dict]]:
-    """A spread file's measured paths (not its ``committed`` column) as ``{path@machine: flat values}`` and its paired
-    rows, so a run on another machine can add its paths to them (``--keep``)."""
-    machine = old["device"]["name"]
-    label = {p: p if "@" in p else f"{p}@{machine}" for p in old["paths"]}
+def earlier_paths(old: dict) -> tuple[dict[str, dict], list[dict], dict[str, dict]]:
+    """A spread file's measured paths (not its ``committed`` column), named ``path@machine``: their flat values, the
+    paired rows over them and their environments, so a run on another machine can add its paths (``--keep``)."""
+    label = {p: p if "@" in p else f"{p}@{old['device']['name']}" for p in old["paths"]}
     flat = {label[p]: {k: row["values"][p] for k, row in old["values"].items() if p in row["values"]} for p in label}
-    paired = [r | {"estimate": {label.get(p, p): v for p, v in r["estimate"].items() if p != "committed"},
-                   "verdicts": {label.get(p, p): v for p, v in r["verdicts"].items() if p != "committed"}}
+    paired = [r | {key: {label[p]: v for p, v in r[key].items() if p in label} for key in ("estimate", "verdicts")}
               for r in old["paired"]]
-    return flat, paired
+    return flat, paired, {label[p]: old["environments"][p] for p in label}
 
 
 def merge_paired(rows: list[dict], earlier: list[dict]) -> list[dict]:
@@ -163,20 +161,14 @@ def main(argv: list[str] | None = None) -> int:
             futures = {p: pool.submit(run_path, chapter, KERNEL_PATHS[p], Path(tmp) / p) for p in paths}
             for p, future in futures.items():
                 per_path[p], walls[p] = future.result()
-        out = SPREAD_DIR / f"{chapter}.json"
-        device, paired = device_info(), paired_spread(per_path)
+        out, device = SPREAD_DIR / f"{chapter}.json", device_info()
         labels = {p: f"{p}@{device['name']}" if args.keep else p for p in paths}
-        per_path = {labels.get(p, p): v for p, v in per_path.items()}
-        environments = {labels[p]: KERNEL_PATHS[p] for p in paths}
+        per_path = {"committed": per_path["committed"]} | {labels[p]: per_path[p] for p in paths}
+        environments, paired = {labels[p]: KERNEL_PATHS[p] for p in paths}, paired_spread(per_path)
         if args.keep and out.is_file():
-            old = json.loads(out.read_text())
-            flat, earlier = earlier_paths(old)
-            paired = merge_paired([r | {"estimate": {labels.get(p, p): v for p, v in r["estimate"].items()},
-                                        "verdicts": {labels.get(p, p): v for p, v in r["verdicts"].items()}}
-                                   for r in paired], earlier)
-            per_path |= flat
-            environments = {k: old["environments"][p] for p in old["paths"] for k in flat if k.startswith(p + "@")
-                            or k == p} | environments
+            flat, earlier, earlier_environments = earlier_paths(json.loads(out.read_text()))
+            per_path, paired = per_path | flat, merge_paired(paired, earlier)
+            environments = earlier_environments | environments
         result = {"chapter": chapter, "seed": 42, "profile": "smoke (notebook defaults)", "paths": list(environments),
                   "environments": environments, "wall_s": {labels[p]: w for p, w in walls.items()}, "device": device,
                   "packages": package_versions(), "paired": paired, "values": spread_table(per_path)}

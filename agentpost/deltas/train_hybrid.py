@@ -33,9 +33,9 @@ synthetic lost it (synthetic repeat 6.45 vs source 6.43 nats). A content copy, s
 any of: the committed layout; partial RoPE (``--partial-rotary-factor 0.25``, Qwen3-Next's, so 24 of 32 dims match
 content at any distance); partial RoPE with smeared keys (``--key-shift``, Olsson et al. 2022's one-layer induction
 architecture); a 128-id pool. Even a from-scratch one-attention-layer model with smeared keys, or two attention layers
-without, stayed at log(32) on 32-id sequences of 64 tokens after 400 updates of 32 sequences at lr 1e-2: the
-query-key and the value-output halves of a copy each have no gradient until the other exists, and these budgets do
-not leave that plateau. The GPU item ``train-deltas-hybrid`` in ``benchmarks/gpu_predictions.yaml`` trains one on 33M
+without, stayed at log(32) on 32-id sequences of 64 tokens after 400 updates of 32 sequences at lr 1e-2. A likely
+reading, not tested: the query-key and the value-output halves of a copy each get little gradient until the other
+exists, and these budgets do not leave that plateau. The GPU item ``train-deltas-hybrid`` in ``benchmarks/gpu_predictions.yaml`` trains one on 33M
 tokens with partial RoPE and smeared keys, logging the real and the synthetic repeat NLL.
 """
 
@@ -248,8 +248,8 @@ def repeat_nll(model: HybridForCausalLM, ids: np.ndarray, hp: Hyper, rng: np.ran
     """Mean next-token NLL (nats) of a span's tokens after its first, at the source and at its verbatim repeat
     (``repeat_max_len`` tokens, ``repeat_min_gap`` or more tokens later), over ``n_windows`` windows of ``ids``. A
     model that retrieves from distant context predicts the repeat far better than the source. With
-    ``synthetic_pool`` (token ids) the same windows are read again with every span synthetic (drawn from the pool)
-    and ``synthetic_source_nll`` / ``synthetic_repeat_nll`` are added: without a copy a synthetic repeat stays near
+    ``synthetic_pool`` (token ids) the same windows are read again with every span synthetic (drawn from the pool;
+    the pool draws move the later windows' span places, so the two readings share windows, not spans) and ``synthetic_source_nll`` / ``synthetic_repeat_nll`` are added: without a copy a synthetic repeat stays near
     ``log len(synthetic_pool)``."""
     windows = random_windows(ids, rng, n_windows, hp.seq_len)
     span_seed = int(rng.integers(2**63))
