@@ -35,7 +35,13 @@ content at any distance); partial RoPE with smeared keys (``--key-shift``, Olsso
 architecture); a 128-id pool. Even a from-scratch one-attention-layer model with smeared keys, or two attention layers
 without, stayed at log(32) on 32-id sequences of 64 tokens after 400 updates of 32 sequences at lr 1e-2. A likely
 reading, not tested: the query-key and the value-output halves of a copy each get little gradient until the other
-exists, and these budgets do not leave that plateau. The GPU item ``train-deltas-hybrid`` in ``benchmarks/gpu_predictions.yaml`` trains one on 33M
+exists, and these budgets do not leave that plateau. The copy curriculum (``copy_steps``, :func:`copy_curriculum`)
+tests that reading: on periodic sequences of pool tokens with a random period (every token one period in is a copy,
+no fixed offset predicts it) a from-scratch model with partial RoPE and smeared keys sat at ``log 512 = 6.24`` nats
+for ~400 updates of 64 x 64 tokens, then left the plateau (held-out copy NLL 5.67 at 600, 3.59 at 1200; 2 threads,
+14 min; 2026-12-06); without smeared keys it had not left it at 600. 600 WikiText updates after it (every window a
+repeat, half of them synthetic) erased the copy: synthetic repeat 6.52 vs its source 6.57 nats. ``copy_every``
+interleaves periodic updates with the text ones to keep it. The GPU item ``train-deltas-hybrid`` in ``benchmarks/gpu_predictions.yaml`` trains one on 33M
 tokens with partial RoPE and smeared keys, logging the real and the synthetic repeat NLL.
 """
 
@@ -91,10 +97,20 @@ class Hyper:
     init_from: str = ""
     #: log the validation repeat NLL (:func:`repeat_nll`) every this many updates (0 = only at the end)
     eval_every: int = 0
+    #: updates on synthetic periodic sequences (:func:`periodic_sequences`, tokens from the ``repeat_random_vocab``
+    #: most frequent train ids) before the WikiText updates: a copy curriculum (0 = none)
+    copy_steps: int = 0
+    copy_batch: int = 64
+    copy_seq_len: int = 64
+    copy_period_min: int = 8
+    copy_period_max: int = 24
+    #: during the WikiText updates, one more periodic-sequence update after every this many (0 = none): keeps the
+    #: curriculum's copy from being overwritten while the model learns text
+    copy_every: int = 0
 
     def __post_init__(self):
         for name in ("threads", "steps", "batch", "seq_len", "eval_len", "log_every", "repeat_min_len",
-                     "repeat_random_vocab"):
+                     "repeat_random_vocab", "copy_batch", "copy_period_min"):
             if getattr(self, name) < 1:
                 raise ValueError(f"Hyper.{name} must be >= 1, got {getattr(self, name)}")
         for name in ("repeat_prob", "repeat_random_prob"):
@@ -105,6 +121,9 @@ class Hyper:
             raise ValueError("Hyper.repeat_*: need repeat_min_len <= repeat_max_len and 2 * repeat_max_len + "
                              f"repeat_min_gap <= seq_len, got {self.repeat_min_len}, {self.repeat_max_len}, "
                              f"{self.repeat_min_gap}, {self.seq_len}")
+        if self.copy_steps and not self.copy_period_min <= self.copy_period_max <= self.copy_seq_len // 2:
+            raise ValueError("Hyper.copy_*: need copy_period_min <= copy_period_max <= copy_seq_len / 2 (two periods "
+                             f"or more), got {self.copy_period_min}, {self.copy_period_max}, {self.copy_seq_len}")
 
 
 def repeat_spans(windows: torch.Tensor, rng: np.random.Generator, prob: float, min_len: int, max_len: int,
@@ -131,6 +150,37 @@ def repeat_spans(windows: torch.Tensor, rng: np.random.Generator, prob: float, m
             out[i] = repeat_span(out[i], s, d, L)
             spans.append((i, s, d, L))
     return out, spans
+
+
+def periodic_sequences(rng: np.random.Generator, pool: np.ndarray, batch: int, length: int, period_min: int,
+                       period_max: int) -> tuple[torch.Tensor, list[tuple[int, int]]]:
+    """``batch`` sequences of ``length`` tokens drawn uniformly from ``pool``, each periodic after a random lead of 0-8
+    tokens with its own period ``P ~ U[period_min, period_max]`` (repeated random tokens, the setting in which
+    Olsson et al. 2022, *In-context Learning and Induction Heads*, measure copying). A token one period or more into
+    the sequence is predictable only by finding where its predecessor occurred: the period varies, so a fixed
+    relative offset (a RoPE shortcut) does not predict it. Returns the sequences and ``(lead, P)`` per sequence."""
+    x = torch.as_tensor(rng.choice(pool, (batch, length)))
+    shapes = []
+    for i in range(batch):
+        period, lead = int(rng.integers(period_min, period_max + 1)), int(rng.integers(0, 9))
+        for j in range(lead + period, length):
+            x[i, j] = x[i, j - period]
+        shapes.append((lead, period))
+    return x, shapes
+
+
+@torch.no_grad()
+def periodic_copy_nll(model: HybridForCausalLM, x: torch.Tensor, shapes: list[tuple[int, int]]) -> float:
+    """Mean next-token NLL (nats) of the tokens of :func:`periodic_sequences` that repeat their predecessor's context
+    (targets one period and a token or more in): ``log len(pool)`` without a copy, toward 0 with one."""
+    was_training = model.training
+    model.eval()
+    device = next(model.parameters()).device
+    nll = torch.nn.functional.cross_entropy(model(input_ids=x.to(device)).logits[:, :-1].float().cpu().transpose(1, 2),
+                                            x[:, 1:], reduction="none")
+    model.train(was_training)
+    # target j + 1 is predicted at j; it repeats a known continuation once j >= lead + period
+    return float(torch.cat([nll[i, lead + period:] for i, (lead, period) in enumerate(shapes)]).mean())
 
 
 def wikitext_ids(split: str) -> np.ndarray:
@@ -185,6 +235,8 @@ def train(hp: Hyper = Hyper(), config: HybridConfig | None = None, wiki: dict | 
     opt = torch.optim.AdamW(param_groups(model, hp.weight_decay), lr=hp.lr, betas=(0.9, 0.95))
     model.train()
     random_pool = frequent_tokens(wiki["train"], hp.repeat_random_vocab) if hp.repeat_random_prob else None
+    copy_pool = frequent_tokens(wiki["train"], hp.repeat_random_vocab)
+    copy_curve = copy_curriculum(model, opt, hp, copy_pool, rng, t0, log) if hp.copy_steps else []
     losses, repeat_curve = [], []
     for step in range(hp.steps):
         for g in opt.param_groups:
@@ -196,6 +248,10 @@ def train(hp: Hyper = Hyper(), config: HybridConfig | None = None, wiki: dict | 
         loss = lm_loss(model, windows.to(hp.device))
         optimizer_step(model, opt, loss, hp.grad_clip)
         losses.append(loss.item())
+        if hp.copy_every and (step + 1) % hp.copy_every == 0:
+            x, _ = periodic_sequences(rng, copy_pool, hp.copy_batch, hp.copy_seq_len, hp.copy_period_min,
+                                      hp.copy_period_max)
+            optimizer_step(model, opt, lm_loss(model, x.to(hp.device)), hp.grad_clip)
         if step % hp.log_every == 0 or step == hp.steps - 1:
             log(f"[{time.time() - t0:7.1f}s] step {step + 1}/{hp.steps} loss {loss.item():.3f}")
         if hp.repeat_prob and hp.eval_every and (step + 1) % hp.eval_every == 0:
@@ -214,6 +270,8 @@ def train(hp: Hyper = Hyper(), config: HybridConfig | None = None, wiki: dict | 
         ids = wiki[split][: hp.eval_max_tokens or None]
         ppl = perplexity(model, ids, hp.eval_len, n_words=max(1, len(ids)))
         evaluation[split] = {"token_ppl": ppl["token_ppl"], "tokens": ppl["tokens"]}
+    if copy_curve:
+        evaluation["periodic_copy_during_curriculum"] = copy_curve
     if repeat_curve:
         evaluation["validation_repeat_during_training"] = repeat_curve
     if hp.repeat_prob:
@@ -223,6 +281,9 @@ def train(hp: Hyper = Hyper(), config: HybridConfig | None = None, wiki: dict | 
                                                              config.vocab_size)
     origin = f"fine-tuned from {hp.init_from}" if hp.init_from else "trained from scratch"
     task = f", a span repeated in {hp.repeat_prob:.0%} of the windows" if hp.repeat_prob else ""
+    if hp.copy_steps:
+        task = (f" after {hp.copy_steps} updates on SYNTHETIC periodic sequences of frequent train tokens (a copy "
+                f"curriculum){task}")
     receipt = {
         "artifact": f"gated-DeltaNet + full-attention hybrid causal LM {origin} on WikiText-2 train{task} "
                     "(shared wikitext2-bpe tokenizer)",
@@ -231,6 +292,8 @@ def train(hp: Hyper = Hyper(), config: HybridConfig | None = None, wiki: dict | 
         "architecture": config.to_diff_dict() | {"layer_types": config.layer_types},
         "params": n_params,
         "train_tokens_seen": hp.steps * hp.batch * hp.seq_len,
+        "copy_curriculum_tokens_seen": (hp.copy_steps + (hp.steps // hp.copy_every if hp.copy_every else 0))
+                                       * hp.copy_batch * hp.copy_seq_len,
         "train_wall_s": round(train_s, 1),
         "first_loss": round(float(np.mean(losses[:10])), 4),
         "final_loss": round(float(np.mean(losses[-10:])), 4),
@@ -240,6 +303,30 @@ def train(hp: Hyper = Hyper(), config: HybridConfig | None = None, wiki: dict | 
     if hp.init_from and (Path(hp.init_from) / "receipt.json").is_file():  # the starting point's own provenance
         receipt["init_from_receipt"] = json.loads((Path(hp.init_from) / "receipt.json").read_text())
     return model, receipt
+
+
+def copy_curriculum(model: HybridForCausalLM, opt: torch.optim.Optimizer, hp: Hyper, pool: np.ndarray,
+                    rng: np.random.Generator, t0: float, log=print) -> list[dict]:
+    """``hp.copy_steps`` updates on :func:`periodic_sequences` (own warmup and cosine decay at ``hp.lr``), the
+    held-out periodic-copy NLL (:func:`periodic_copy_nll`, 64 sequences) logged every ``log_every`` updates and
+    returned as a curve. A copy forms here after a plateau at ``log len(pool)`` (the query-key and the value-output
+    halves of the circuit each get little gradient until the other exists); on WikiText windows alone it did not
+    form within this CPU's budgets (module docstring)."""
+    held_out = periodic_sequences(np.random.default_rng(hp.seed + 2), pool, 64, hp.copy_seq_len,
+                                  hp.copy_period_min, hp.copy_period_max)
+    curve = []
+    for step in range(hp.copy_steps):
+        for g in opt.param_groups:
+            g["lr"] = warmup_cosine(step, hp.copy_steps, hp.lr, hp.warmup_steps)
+        x, _ = periodic_sequences(rng, pool, hp.copy_batch, hp.copy_seq_len, hp.copy_period_min, hp.copy_period_max)
+        loss = lm_loss(model, x.to(hp.device))
+        optimizer_step(model, opt, loss, hp.grad_clip)
+        if (step + 1) % hp.log_every == 0 or step == hp.copy_steps - 1:
+            curve.append({"step": step + 1, "loss": round(loss.item(), 4),
+                          "periodic_copy_nll": round(periodic_copy_nll(model, *held_out), 4)})
+            log(f"[{time.time() - t0:7.1f}s] copy curriculum {step + 1}/{hp.copy_steps} loss {loss.item():.3f} "
+                f"held-out copy NLL {curve[-1]['periodic_copy_nll']:.3f} (no copy: {math.log(len(pool)):.3f})")
+    return curve
 
 
 @torch.no_grad()

@@ -499,3 +499,63 @@ def test_training_with_synthetic_spans_logs_both_repeat_readings(tmp_path, monke
     train_hybrid.main(["--steps", "1", "--out", str(tmp_path / "m"), "--head-dim", "8", "--partial-rotary-factor",
                        "0.25", "--key-shift"])
     assert seen["config"].partial_rotary_factor == 0.25 and seen["config"].key_shift is True
+
+
+def test_periodic_sequences_repeat_with_their_own_period_after_a_lead():
+    from agentpost.deltas.train_hybrid import periodic_sequences
+
+    pool = np.array([3, 7, 11, 19, 23, 29, 31, 37, 41, 43])
+    x, shapes = periodic_sequences(np.random.default_rng(0), pool, 16, 40, 4, 12)
+    assert x.shape == (16, 40) and set(x.flatten().tolist()) <= set(pool.tolist())
+    for row, (lead, period) in zip(x, shapes):
+        assert 0 <= lead <= 8 and 4 <= period <= 12
+        assert torch.equal(row[lead + period:], row[lead:40 - period])  # x_j = x_{j - P} from lead + P on
+    assert len({period for _, period in shapes}) > 1                    # no single offset predicts every sequence
+    with pytest.raises(ValueError, match="copy_period_min <= copy_period_max <= copy_seq_len / 2"):
+        Hyper(copy_steps=1, copy_seq_len=16, copy_period_min=4, copy_period_max=9)
+
+
+class _Oracle(torch.nn.Module):
+    """Logits that name the true next token where ``keep[b, j]`` and are flat elsewhere."""
+
+    def __init__(self, x, keep, vocab):
+        super().__init__()
+        self.anchor = torch.nn.Parameter(torch.zeros(1))
+        logits = torch.zeros(*x.shape, vocab)
+        nxt = torch.cat([x[:, 1:], x[:, :1]], 1)
+        logits[keep] = 60.0 * torch.nn.functional.one_hot(nxt[keep], vocab).float()
+        self.logits = logits
+
+    def forward(self, input_ids):
+        return type("Out", (), {"logits": self.logits})
+
+
+def test_periodic_copy_nll_scores_only_the_targets_a_copy_can_predict():
+    from agentpost.deltas.train_hybrid import periodic_copy_nll, periodic_sequences
+
+    x, shapes = periodic_sequences(np.random.default_rng(1), np.arange(20), 4, 32, 4, 8)
+    copyable = torch.zeros(x.shape, dtype=torch.bool)
+    for i, (lead, period) in enumerate(shapes):
+        copyable[i, lead + period:] = True                     # target j + 1 repeats x_{j + 1 - P}, found via x_j
+    assert periodic_copy_nll(_Oracle(x, copyable, 20), x, shapes) < 1e-6       # right where a copy is possible
+    assert periodic_copy_nll(_Oracle(x, ~copyable, 20), x, shapes) == pytest.approx(math.log(20), abs=1e-6)
+
+
+def test_copy_curriculum_runs_before_the_text_and_is_recorded(monkeypatch):
+    from agentpost.deltas import train_hybrid
+
+    calls = []
+    real = train_hybrid.periodic_sequences
+    monkeypatch.setattr(train_hybrid, "periodic_sequences", lambda *a: calls.append(a[2]) or real(*a))
+    stream = np.random.default_rng(0).integers(0, 50, 600)
+    wiki = {"train": stream, "validation": stream[:300], "test": stream[:300]}
+    hp = Hyper(steps=2, batch=2, seq_len=40, eval_len=32, log_every=2, copy_steps=4, copy_batch=3, copy_seq_len=16,
+               copy_period_min=3, copy_period_max=6, repeat_random_vocab=10, copy_every=1)
+    lines = []
+    _, receipt = train(hp, HybridConfig(**TINY), wiki=wiki, log=lines.append)
+    curve = receipt["evaluation"]["periodic_copy_during_curriculum"]
+    assert [c["step"] for c in curve] == [2, 4] and all(np.isfinite(c["periodic_copy_nll"]) for c in curve)
+    assert receipt["copy_curriculum_tokens_seen"] == (4 + 2) * 3 * 16 and "SYNTHETIC periodic" in receipt["artifact"]
+    assert calls == [64] + [3] * (4 + 2)  # the held-out set, 4 curriculum updates, one after each of 2 text updates
+    first_text = next(i for i, line in enumerate(lines) if "step 1/2" in line)
+    assert all("copy curriculum" not in line for line in lines[first_text:])
