@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib.metadata as md
 import os
 import platform
+import re
 
 PACKAGES = ("agentpost", "torch", "triton", "transformers", "numpy", "scipy", "papermill", "scrapbook", "tokenizers")
 
@@ -59,11 +60,16 @@ def device_info(device=None) -> dict:
     return info
 
 
-def _nvidia_driver() -> str | None:
+def _nvidia_driver(version_file: str = "/proc/driver/nvidia/version") -> str | None:
+    """The NVIDIA kernel driver's version from the first line of ``version_file``, e.g. ``NVRM version: NVIDIA UNIX
+    x86_64 Kernel Module  535.104.05  ...`` or, for the open modules, ``... UNIX Open Kernel Module for x86_64
+    550.54.15  ...``: the first dotted number after "Kernel Module"; None without a driver."""
     try:
-        return open("/proc/driver/nvidia/version", encoding="utf-8").readline().split("Kernel Module")[1].split()[0]
-    except (OSError, IndexError):
+        line = open(version_file, encoding="utf-8").readline()
+    except OSError:
         return None
+    found = re.search(r"Kernel Module.*?\b(\d+(?:\.\d+)+)\b", line)
+    return found.group(1) if found else None
 
 
 def cuda_event_ms(size: int = 1024) -> float | None:
