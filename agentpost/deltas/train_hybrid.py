@@ -38,7 +38,8 @@ architecture); a 128-id pool. Even a from-scratch one-attention-layer model with
 without, stayed at log(32) on 32-id sequences of 64 tokens after 400 updates of 32 sequences at lr 1e-2. A likely
 reading, not tested: the query-key and the value-output halves of a copy each get little gradient until the other
 exists, and these budgets do not leave that plateau. The copy curriculum (``copy_steps``, :func:`copy_curriculum`)
-tests that reading: on periodic sequences of pool tokens with a random period (every token one period in is a copy,
+tests that reading. Exploratory trials first (2 threads, 2026-12-06; a scratch script and a run whose folder was not
+kept, so not receipts): on periodic sequences of pool tokens with a random period (every token one period in is a copy,
 no fixed offset predicts it) a from-scratch model with partial RoPE and smeared keys sat at ``log 512 = 6.24`` nats
 for ~400 updates of 64 x 64 tokens, then left the plateau (held-out copy NLL 5.67 at 600, 3.59 at 1200; 2 threads,
 14 min; 2026-12-06); without smeared keys it had not left it at 600. 600 WikiText updates after it (every window a
@@ -46,8 +47,8 @@ repeat, half of them synthetic) erased the copy: synthetic repeat 6.52 vs its so
 interleaves periodic updates with the text ones, and with it the copy carries over to real text: the committed
 ``assets/wikitext2-hybrid-copy`` (its receipt has the command: 1000 curriculum updates, then 600 WikiText updates with
 a periodic one after every second; 18 min on 2 threads) predicts a validation repeat at 4.24 nats against its source's
-4.85, a synthetic one at 2.57 against 6.58 (validation perplexity 133, unigram 664). The GPU item ``train-deltas-hybrid`` in ``benchmarks/gpu_predictions.yaml`` trains one on 33M
-tokens with partial RoPE and smeared keys, logging the real and the synthetic repeat NLL.
+4.85, a synthetic one at 2.57 against 6.58 (validation perplexity 133, unigram 664). The GPU item ``train-deltas-hybrid`` in ``benchmarks/gpu_predictions.yaml`` trains a larger one by the same recipe
+(20M text tokens), logging the curriculum's copy NLL and the real and synthetic repeat NLL.
 """
 
 from __future__ import annotations
@@ -239,8 +240,8 @@ def train(hp: Hyper = Hyper(), config: HybridConfig | None = None, wiki: dict | 
     log(f"hybrid LM: {n_params:,} parameters, layers {config.layer_types}")
     opt = torch.optim.AdamW(param_groups(model, hp.weight_decay), lr=hp.lr, betas=(0.9, 0.95))
     model.train()
-    random_pool = frequent_tokens(wiki["train"], hp.repeat_random_vocab) if hp.repeat_random_prob else None
-    copy_pool = frequent_tokens(wiki["train"], hp.repeat_random_vocab)
+    copy_pool = frequent_tokens(wiki["train"], hp.repeat_random_vocab)  # the synthetic tokens of both tasks
+    random_pool = copy_pool if hp.repeat_random_prob else None
     copy_curve = copy_curriculum(model, opt, hp, copy_pool, rng, t0, log) if hp.copy_steps else []
     losses, repeat_curve = [], []
     for step in range(hp.steps):
@@ -287,8 +288,9 @@ def train(hp: Hyper = Hyper(), config: HybridConfig | None = None, wiki: dict | 
     origin = f"fine-tuned from {hp.init_from}" if hp.init_from else "trained from scratch"
     task = f", a span repeated in {hp.repeat_prob:.0%} of the windows" if hp.repeat_prob else ""
     if hp.copy_steps:
+        interleaved = f", one more after every {hp.copy_every} text updates" if hp.copy_every else ""
         task = (f" after {hp.copy_steps} updates on SYNTHETIC periodic sequences of frequent train tokens (a copy "
-                f"curriculum){task}")
+                f"curriculum{interleaved}){task}")
     receipt = {
         "artifact": f"gated-DeltaNet + full-attention hybrid causal LM {origin} on WikiText-2 train{task} "
                     "(shared wikitext2-bpe tokenizer)",

@@ -556,6 +556,7 @@ def test_copy_curriculum_runs_before_the_text_and_is_recorded(monkeypatch):
     curve = receipt["evaluation"]["periodic_copy_during_curriculum"]
     assert [c["step"] for c in curve] == [2, 4] and all(np.isfinite(c["periodic_copy_nll"]) for c in curve)
     assert receipt["copy_curriculum_tokens_seen"] == (4 + 2) * 3 * 16 and "SYNTHETIC periodic" in receipt["artifact"]
+    assert "one more after every 1 text updates" in receipt["artifact"]
     assert calls == [64] + [3] * (4 + 2)  # the held-out set, 4 curriculum updates, one after each of 2 text updates
     first_text = next(i for i, line in enumerate(lines) if "step 1/2" in line)
     assert all("copy curriculum" not in line for line in lines[first_text:])
