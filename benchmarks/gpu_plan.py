@@ -19,7 +19,9 @@ This module imports only the standard library, PyYAML and agentpost's project he
 profiles ran), so it starts on a bare GPU image; benchmarks/gpu_all.sh puts the checkout on PYTHONPATH.
 
 ``--dry-run-cpu`` rehearses the same path on a CPU: each item's ``dry`` command (tiny sizes, device cpu, the Triton
-interpreter), predictions not applied; a profile item without ``dry_params`` is skipped with that reason. Its runs
+interpreter), neither predictions nor the budget applied (a rehearsal checks what runs and what it records, not how
+fast a CPU that may be busy with other work gets there); a profile item without ``dry_params`` is skipped with that
+reason. Its runs
 are ad-hoc runs on a CPU: ``agentpost validate`` finds them sound, and the GPU-evidence rules refuse them
 (``validate.log``, :func:`evidence_verdicts`).
 
@@ -205,9 +207,9 @@ def _missing(needs: tuple[str, ...]) -> list[str]:
     return [m for m in needs if importlib.util.find_spec(m) is None]
 
 
-def _run(argv: list[str], env: dict, log: Path, limit_s: float, grace_s: float) -> tuple[int | None, float]:
-    """Run ``argv`` in its own process group, output to ``log``; at ``limit_s`` SIGINT the group, SIGKILL after
-    ``grace_s``. Returns (exit code or None when stopped, wall seconds)."""
+def _run(argv: list[str], env: dict, log: Path, limit_s: float | None, grace_s: float) -> tuple[int | None, float]:
+    """Run ``argv`` in its own process group, output to ``log``; at ``limit_s`` (None: no limit) SIGINT the group,
+    SIGKILL after ``grace_s``. Returns (exit code or None when stopped, wall seconds)."""
     t0 = time.monotonic()
     with open(log, "w", encoding="utf-8") as fh:
         shown = [Path(a).name if a == sys.executable else a.replace(str(log.parent), "$OUT") for a in argv]
@@ -216,7 +218,7 @@ def _run(argv: list[str], env: dict, log: Path, limit_s: float, grace_s: float) 
         proc = subprocess.Popen(argv, cwd=project_root(), env=env, stdout=fh, stderr=subprocess.STDOUT,
                                 start_new_session=True)
         try:
-            rc = proc.wait(timeout=max(limit_s, 0.0))
+            rc = proc.wait(timeout=None if limit_s is None else max(limit_s, 0.0))
             return rc, time.monotonic() - t0
         except subprocess.TimeoutExpired:
             _signal_group(proc, signal.SIGINT)
@@ -244,7 +246,8 @@ def _signal_group(proc: subprocess.Popen, sig: int) -> None:
 
 def execute(plan: Plan, budget_s: float, out: Path, dry: bool = False, only: list[str] | None = None,
             say=print) -> list[Outcome]:
-    """Try every item in order within ``budget_s`` seconds; returns one :class:`Outcome` per item."""
+    """Try every item in order within ``budget_s`` seconds (a ``dry`` run applies no budget); returns one
+    :class:`Outcome` per item."""
     s = plan.settings
     deadline = time.monotonic() + budget_s
     base_env = {**os.environ, "PYTHONUNBUFFERED": "1"}
@@ -265,11 +268,12 @@ def execute(plan: Plan, budget_s: float, out: Path, dry: bool = False, only: lis
             outcomes.append(Outcome(item, "skipped", "no CPU dry-run sizes in gpu_predictions.yaml"))
         elif missing := _missing(item.needs):
             outcomes.append(Outcome(item, "skipped", f"missing python packages {missing} (carry wheels: WHEELS=)"))
-        elif predicted * 60 > left:
+        elif not dry and predicted * 60 > left:
             outcomes.append(Outcome(item, "skipped", f"predicted {predicted:.1f} min > {max(left, 0) / 60:.1f} min left"))
         else:
-            limit = left if dry else min(left, predicted * 60 * s["overrun"])
-            say(f"== {item.name}: predicted {predicted:.1f} min, stopped after {limit / 60:.1f} min", flush=True)
+            limit = None if dry else min(left, predicted * 60 * s["overrun"])
+            say(f"== {item.name}: " + ("rehearsal, no time limit" if limit is None else
+                                       f"predicted {predicted:.1f} min, stopped after {limit / 60:.1f} min"), flush=True)
             env = base_env if dry else {**base_env, **item.env}
             rc, wall = _run(_fill(argv, item, s, out, dry), env, out / f"{item.name}.log", limit, s["grace_s"])
             if rc is None:

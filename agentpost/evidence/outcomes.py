@@ -38,8 +38,13 @@ HTML_CLASS = "agentpost-outcomes"
 def fingerprint(*objects: Any) -> str:
     """A short content hash of tensors, arrays, state dicts, strings or (nested) lists of them.
 
-    Used for arm facts that must be *measured*, not typed: the starting checkpoint (``model.state_dict()``), the
-    item list or data a run read. Equal content gives an equal fingerprint on every machine.
+    Used for arm facts that must be *measured*, not typed: the item list or data a run read, the configuration and
+    seed that determine a starting checkpoint, weights loaded from a file. Equal content gives an equal fingerprint
+    on every machine; but computed floats (embeddings, trained or even freshly sampled weights: torch's vectorised
+    ``normal_``) differ in their last bits between CPU kernel paths, so a glued hash of them cannot be compared
+    across machines: fingerprint what determines such floats instead (the weights' file hash, the input texts, the
+    configuration and seed). ``tests/unit/test_spread_contract.py`` fails on a glued fingerprint that differs
+    between the measured kernel paths.
     """
     digest = hashlib.sha256()
 

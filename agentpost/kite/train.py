@@ -121,13 +121,20 @@ def sst_budget(model: SSTLM, spec: TrainSpec) -> float:
                               + spec.stage2_updates * training_flops_per_sequence(model.cfg, spec.seq_len))
 
 
+def init_fingerprint(cfg, seed: int) -> str:
+    """What determines an arm's starting weights: its model configuration and the seed set before building it (a
+    hash of the weights themselves would differ between CPU kernel paths: torch's vectorised ``normal_``)."""
+    return fingerprint(asdict(cfg), seed)
+
+
 def train_arm(kind: str, stream: torch.Tensor, spec: TrainSpec, lr: float, seed: int,
               **model_kwargs) -> tuple[torch.nn.Module, dict]:
     """Train one arm (``sst``, ``dense_flops`` or ``dense_kv``) at the SST's training budget; returns (model, info).
 
     ``seed`` sets the initialisation and the stream of training windows (the same windows, in the same order,
-    for every arm). ``info["init"]`` is the fingerprint of the weights the arm started from (the SST's stage-1
-    Prefiller, which is the same initialisation as ``dense_kv`` at the same seed); ``info["updates"]`` counts the
+    for every arm). ``info["init"]`` fingerprints what determines the weights the arm started from
+    (:func:`init_fingerprint`; the SST's stage-1 Prefiller, which is the same initialisation as ``dense_kv`` at the
+    same seed); ``info["updates"]`` counts the
     optimizer steps actually made.
     """
     if kind not in ARMS:
@@ -140,7 +147,7 @@ def train_arm(kind: str, stream: torch.Tensor, spec: TrainSpec, lr: float, seed:
     if kind == "sst":
         torch.manual_seed(seed)
         stage1 = DenseLM(sst.cfg.prefiller).to(spec.device)
-        init = fingerprint(stage1.state_dict())
+        init = init_fingerprint(stage1.cfg, seed)
         losses = fit(stage1, stream, [spec.batch_size] * spec.stage1_updates, lr, spec, gen)
         model = expand(stage1, sst, spec.expansion_init)
         losses += fit(model, stream, [spec.batch_size] * spec.stage2_updates, lr, spec, gen)
@@ -148,7 +155,7 @@ def train_arm(kind: str, stream: torch.Tensor, spec: TrainSpec, lr: float, seed:
     else:
         torch.manual_seed(seed)
         model = build(kind, **{k: v for k, v in model_kwargs.items() if k in _DENSE_KEYS}).to(spec.device)
-        init = fingerprint(model.state_dict())
+        init = init_fingerprint(model.cfg, seed)
         per_seq = training_flops_per_sequence(model.cfg, spec.seq_len)
         sizes = match_budget(budget, per_seq, spec.updates)
         losses = fit(model, stream, sizes, lr, spec, gen)

@@ -74,12 +74,17 @@ def _minilm():
     return tok, model
 
 
+def embedding_key(texts: Sequence[str]) -> str:
+    """sha256 of what determines :func:`embed_texts`' output (the weights' hash, the token cap and the texts), not
+    of the floats, which differ in their last bits between CPU kernel paths: a fingerprint every machine agrees on."""
+    return hashlib.sha256((MINILM_WEIGHTS_SHA256 + f"|{MAX_SEQ_TOKENS}|" + "\x1e".join(texts)).encode()).hexdigest()
+
+
 def embed_texts(texts: Sequence[str], *, batch_size: int = 64, cache: bool = True) -> np.ndarray:
     """L2-normalised MiniLM sentence embeddings (mean pooling over tokens, as the model's pooling config says),
     float32 [n, 384]; with ``cache``, stored on disk by sha256(weights, texts)."""
     texts = list(texts)
-    key = hashlib.sha256((MINILM_WEIGHTS_SHA256 + f"|{MAX_SEQ_TOKENS}|" + "\x1e".join(texts)).encode()).hexdigest()
-    path = cache_dir() / f"{key}.npy"
+    path = cache_dir() / f"{embedding_key(texts)}.npy"
     if cache and path.is_file():
         return np.load(path)
     import torch

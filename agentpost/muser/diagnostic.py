@@ -94,6 +94,14 @@ def semantic_matrix(data, mode: str = "full") -> np.ndarray:
     return embed_texts(item_texts(data.movies, mode))
 
 
+def semantic_fingerprint(data, mode: str = "full") -> str:
+    """Fingerprint of :func:`semantic_matrix`'s inputs (MiniLM's weights, token cap and every item text), the same on
+    every machine where the embeddings themselves differ in their last bits."""
+    from agentpost.models.minilm import embedding_key
+
+    return embedding_key(item_texts(data.movies, mode))[:16]
+
+
 def run_arms(arms, base: MuSeRConfig, tc: TrainConfig, split, seed: int, *, num_interests: int,
              ortho_lambda: float, align_weight: float, semantic: dict | None = None, ks=(10, 50),
              progress: bool = True, device="cpu") -> dict:

@@ -15,7 +15,7 @@ bit for bit). On the CPU nothing is moved: the results are the ones this module 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import NamedTuple
 
 import numpy as np
@@ -148,7 +148,8 @@ def train_model(cfg: MuSeRConfig, tc: TrainConfig, train: list[np.ndarray], seed
     rng = np.random.default_rng(seed)
     gen = torch.Generator().manual_seed(seed)
     model = build_model(cfg, semantic)
-    checkpoint = fingerprint(model.state_dict())      # on the CPU, before the move: the same on every device
+    # what determines the starting weights (configuration, seed, whether item text is fused), not their floats
+    checkpoint = fingerprint(asdict(cfg), seed, semantic is not None)
     model.to(dev)
     opt = torch.optim.Adam(model.parameters(), lr=tc.lr)
     users, ends = prefixes(train)

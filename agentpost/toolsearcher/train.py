@@ -21,6 +21,7 @@ from agentpost.toolsearcher.credit import group_credit, parse_tool_list, selecti
 from agentpost.toolsearcher.env import SearchEnv, category_centroids, clauses
 from agentpost.toolsearcher.loss import LossConfig, event_level_loss, token_advantages
 from agentpost.toolsearcher.policy import PRIOR_THETA, LogLinearPolicy, Task, layout, token_logits, token_logp
+from agentpost.models.minilm import embedding_key
 from agentpost.toolsearcher.retrieval import MiniLMRetriever, build_retriever, embed_texts
 
 ARMS = ("toolsearcher", "grpo")
@@ -175,8 +176,11 @@ VARIANTS = (
 
 
 def data_version(*task_lists) -> str:
-    """Fingerprint of the tasks read (ids, targets and clause embeddings of every split, in order)."""
-    return fingerprint([[t.uid, list(t.targets), t.clause_emb] for tasks in task_lists for t in tasks])
+    """Fingerprint of the tasks read (ids, targets and clause texts of every split, in order, with the embedding
+    model's key: what determines the clause embeddings, whose floats differ between CPU kernel paths)."""
+    tasks = [t for ts in task_lists for t in ts]
+    return fingerprint([[t.uid, list(t.targets), list(t.clauses)] for t in tasks],
+                       embedding_key([c for t in tasks for c in t.clauses]))
 
 
 def run_seed(world: World, train_tasks, val_tasks, test_tasks, base: TrainConfig, seed: int,

@@ -30,6 +30,12 @@ def test_ledger_and_book_build(tiny_runs, tmp_path):
     assert "## Profile `tiny`" in evidence and "| 42 | ok | yes" in evidence and "`trigram_vs_bigram` ★" in evidence
     assert "paired-protocol-tiny-forest.png" in evidence
 
+    # what ordinary tools leave in a checkout (pytest, ruff, mypy, Jupyter) and stray Markdown the book does not list
+    for folder in (".pytest_cache", ".ruff_cache", ".mypy_cache", "notebooks/.ipynb_checkpoints", ".hidden/deep"):
+        (project / folder).mkdir(parents=True, exist_ok=True)
+        (project / folder / "README.md").write_text("# a tool's cache\n\nNot a page of the book.\n")
+    (project / "NOTES.md").write_text("# scratch notes\n")
+    (project / "book" / "draft.md").write_text("# a draft not in the table of contents\n")
     book = agentpost(project, "book", "--skip-runs", "--claims-report", str(report))
     assert book.returncode == 0, book.stdout[-3000:] + book.stderr[-3000:]
     html = project / "_build" / "html"

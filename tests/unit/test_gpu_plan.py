@@ -127,6 +127,13 @@ def test_dry_run_uses_the_dry_command_and_skips_items_without_one(tmp_path):
     assert marker.read_text() == "1|"
 
 
+def test_dry_run_applies_no_budget_so_a_busy_cpu_cannot_stop_the_rehearsal(tmp_path):
+    # a budget long spent (and predictions far beyond it) neither skips nor stops a rehearsed item
+    plan = _plan(Item("a", "tests", 500.0, _sleep(0), _sleep(0.3)), Item("b", "bench", 500.0, _sleep(0), _sleep(0)))
+    out = execute(plan, 0.001, tmp_path, dry=True, say=quiet)
+    assert [(o.status, o.note) for o in out] == [("done", ""), ("done", "")]
+
+
 def test_bundle_packs_every_output_but_the_table_into_pieces(tmp_path):
     for name, text in (("gpu_all.txt", "table"), ("a.log", "log"), ("r.json", "{}")):
         (tmp_path / name).write_text(text)
