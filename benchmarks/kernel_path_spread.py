@@ -2,9 +2,10 @@
 
 Runs a chapter's notebook at its smoke defaults (seed 42) once per kernel path -- ``ATEN_CPU_CAPABILITY=default``,
 ``ATEN_CPU_CAPABILITY=avx2``, ``OMP_NUM_THREADS=1`` and, if asked, torch's native dispatch on this CPU -- and
-records every glued value of every run next to the committed notebook's (one more path: the machine that refreshed
-it). The spread of a value is ``max - min`` over the paths; for a paired comparison it is the spread of its
-estimate, set next to its MDE, so a reader sees whether machine noise is below the effect the protocol could
+compares every glued value of every run with the committed notebook's (one more path: the machine that refreshed
+it). The spread of a value is ``max - min`` over the paths, kept per name pattern (the items of a list share their
+largest spread; strings keep the set seen); for a paired comparison it is the spread of its estimate per path, set
+next to its MDE, so a reader sees whether machine noise is below the effect the protocol could
 detect. The result is written to ``book/spread/<chapter>.json`` (committed: the evidence pages and the
 nbval glue-regression tolerances read it) and printed as a table.
 
@@ -17,6 +18,7 @@ import argparse
 import json
 import math
 import os
+import re
 import sys
 import tempfile
 import time
@@ -79,22 +81,40 @@ def run_path(chapter: str, env: dict[str, str], workdir: Path) -> tuple[dict, fl
     return read_scraps(nbformat.read(out_nb, as_version=4)), wall
 
 
+def pattern(name: str) -> str:
+    """A flattened name with its list indices as ``[*]``: the rows of a table or the items of an outcome list share
+    one tolerance (their largest spread), which keeps a spread file small (``tests/unit/test_size_budget.py``)."""
+    return re.sub(r"\[\d+\]", "[*]", name)
+
+
 def spread_table(per_path: dict[str, dict]) -> dict[str, dict]:
-    """Per flattened value: the value on each path, ``spread`` (max - min) for numbers, ``same`` for strings."""
+    """Per name pattern (:func:`pattern`): ``spread``, the largest ``max - min`` over the paths of any number it
+    covers, and ``values``, the sorted strings seen on any path where it covers strings (one when they agree)."""
     flat = {p: {k: v for name, val in scraps.items() for k, v in flatten(val, name).items()}
             for p, scraps in per_path.items()}
-    keys = sorted(set().union(*flat.values()))
-    rows = {}
-    for k in keys:
-        values = {p: flat[p].get(k) for p in flat}
-        nums = [v for v in values.values() if isinstance(v, float) and math.isfinite(v)]
-        row: dict = {"values": values}
-        if len(nums) == len(values):
-            row["spread"] = max(nums) - min(nums)
+    rows: dict[str, dict] = {}
+    for k in sorted(set().union(*flat.values())):
+        values = [flat[p][k] for p in flat if k in flat[p]]
+        row = rows.setdefault(pattern(k), {})
+        if all(isinstance(v, float) and math.isfinite(v) for v in values):
+            row["spread"] = max(row.get("spread", 0.0), max(values) - min(values))
         else:
-            row["same"] = len({json.dumps(v) for v in values.values()}) == 1
-        rows[k] = row
+            row["values"] = sorted(set(row.get("values", [])) | {str(v) for v in values})
     return rows
+
+
+def merge_rows(rows: dict[str, dict], earlier: dict[str, dict]) -> dict[str, dict]:
+    """This machine's rows with another machine's (``--keep``): the larger spread, the union of strings."""
+    merged = {}
+    for key in sorted(set(rows) | set(earlier)):
+        a, b = rows.get(key, {}), earlier.get(key, {})
+        row = {}
+        if "spread" in a or "spread" in b:
+            row["spread"] = max(a.get("spread", 0.0), b.get("spread", 0.0))
+        if "values" in a or "values" in b:
+            row["values"] = sorted(set(a.get("values", [])) | set(b.get("values", [])))
+        merged[key] = row
+    return merged
 
 
 def paired_spread(per_path: dict[str, dict]) -> list[dict]:
@@ -114,13 +134,12 @@ def paired_spread(per_path: dict[str, dict]) -> list[dict]:
 
 
 def earlier_paths(old: dict) -> tuple[dict[str, dict], list[dict], dict[str, dict]]:
-    """A spread file's measured paths (not its ``committed`` column), named ``path@machine``: their flat values, the
-    paired rows over them and their environments, so a run on another machine can add its paths (``--keep``)."""
+    """A spread file's rows, its paired rows over its measured paths (not its ``committed`` column) and their
+    environments, the paths named ``path@machine``, so a run on another machine can add its paths (``--keep``)."""
     label = {p: p if "@" in p else f"{p}@{old['device']['name']}" for p in old["paths"]}
-    flat = {label[p]: {k: row["values"][p] for k, row in old["values"].items() if p in row["values"]} for p in label}
     paired = [r | {key: {label[p]: v for p, v in r[key].items() if p in label} for key in ("estimate", "verdicts")}
               for r in old["paired"]]
-    return flat, paired, {label[p]: old["environments"][p] for p in label}
+    return old["values"], paired, {label[p]: old["environments"][p] for p in label}
 
 
 def merge_paired(rows: list[dict], earlier: list[dict]) -> list[dict]:
@@ -165,15 +184,16 @@ def main(argv: list[str] | None = None) -> int:
         labels = {p: f"{p}@{device['name']}" if args.keep else p for p in paths}
         per_path = {"committed": per_path["committed"]} | {labels[p]: per_path[p] for p in paths}
         environments, paired = {labels[p]: KERNEL_PATHS[p] for p in paths}, paired_spread(per_path)
+        rows = spread_table(per_path)
         if args.keep and out.is_file():
-            flat, earlier, earlier_environments = earlier_paths(json.loads(out.read_text()))
-            per_path, paired = per_path | flat, merge_paired(paired, earlier)
+            earlier_rows, earlier, earlier_environments = earlier_paths(json.loads(out.read_text()))
+            rows, paired = merge_rows(rows, earlier_rows), merge_paired(paired, earlier)
             environments = earlier_environments | environments
         result = {"chapter": chapter, "seed": 42, "profile": "smoke (notebook defaults)", "paths": list(environments),
                   "environments": environments, "wall_s": {labels[p]: w for p, w in walls.items()}, "device": device,
-                  "packages": package_versions(), "paired": paired, "values": spread_table(per_path)}
+                  "packages": package_versions(), "paired": paired, "values": rows}
         out.write_text(json.dumps(result, indent=1, sort_keys=True) + "\n")
-        print(f"\n{chapter}: {len(result['values'])} glued values over paths {paths} -> {out.relative_to(ROOT)}")
+        print(f"\n{chapter}: {len(result['values'])} glued name patterns over paths {paths} -> {out.relative_to(ROOT)}")
         print(f"{'comparison':48s} {'spread':>10s} {'MDE':>10s}  verdicts")
         for row in result["paired"]:
             print(f"{row['comparison']:48s} {row['estimate_spread']:10.4g} {row['mde']:10.4g}  "

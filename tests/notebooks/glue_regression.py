@@ -8,7 +8,7 @@ checks those values too, in every executed cell, against the committed notebook'
 * numbers: ``|executed - committed| <= max(SPREAD_FACTOR * spread, RTOL * |committed|, ATOL)``, where ``spread`` is
   the value's range over the kernel paths measured by ``benchmarks/kernel_path_spread.py`` (``book/spread/<chapter>.json``:
   the committed notebook and three runs of it with ``ATEN_CPU_CAPABILITY=default``, ``=avx2`` and
-  ``OMP_NUM_THREADS=1``). Four runs underestimate the full range over machines, hence the factor. A value
+  ``OMP_NUM_THREADS=1``; the items of a list share their largest range). Four runs underestimate the full range over machines, hence the factor. A value
   without a measurement must match to ``RTOL`` relative or ``ATOL`` absolute.
 * strings (verdicts, selected arms): equal to the committed one, or to one of the values seen across kernel paths.
 * what a value is comes from the kind it was glued with (``agentpost.evidence.recording.KINDS``, read from the
@@ -80,8 +80,15 @@ def glued_with_kind(outputs) -> dict[str, tuple[object, str]]:
 
 @lru_cache(maxsize=None)
 def measured_spread(chapter: str) -> dict[str, dict]:
+    """``{name pattern: {"spread": largest range of its numbers, "values": strings seen}}`` (benchmarks/
+    kernel_path_spread.py: list indices are ``[*]``, so the items of a list share one tolerance)."""
     path = SPREAD_DIR / f"{chapter}.json"
     return json.loads(path.read_text())["values"] if path.is_file() else {}
+
+
+def pattern(name: str) -> str:
+    """The spread file's key of a flattened name: its list indices as ``[*]``."""
+    return re.sub(r"\[\d+\]", "[*]", name)
 
 
 def _number(x) -> float | None:
@@ -98,7 +105,7 @@ def check_value(chapter: str, name: str, committed, executed, kind: str = "resul
     """The reason ``executed`` (glued as ``kind``) is not an acceptable reproduction of ``committed``, or None."""
     if kind in NOT_COMPARED:
         return None
-    measured = measured_spread(chapter).get(name, {}) if kind != "deterministic" else {}
+    measured = measured_spread(chapter).get(pattern(name), {}) if kind != "deterministic" else {}
     c, e = _number(committed), _number(executed)
     if c is not None and e is not None:
         if math.isnan(c) and math.isnan(e):
@@ -111,10 +118,10 @@ def check_value(chapter: str, name: str, committed, executed, kind: str = "resul
         return f"{name}: {e!r} vs committed {c!r} (|diff| {abs(e - c):.3g} > tolerance {tol:.3g}; {basis})"
     if executed == committed:
         return None
-    seen = [v for v in (measured.get("values") or {}).values()]
-    if executed in seen:
+    seen = measured.get("values") or []
+    if str(executed) in seen:
         return None
-    return f"{name}: {executed!r} vs committed {committed!r}" + (f" (kernel paths gave {sorted(map(str, set(map(str, seen))))})" if seen else "")
+    return f"{name}: {executed!r} vs committed {committed!r}" + (f" (kernel paths gave {seen})" if seen else "")
 
 
 class GlueRegression(AssertionError):

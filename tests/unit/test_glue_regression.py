@@ -23,7 +23,7 @@ def test_glued_reads_scraps_from_outputs_including_json_strings():
 
 
 def test_number_within_three_times_measured_spread_passes(monkeypatch):
-    spread = {"test_nll.sst": {"spread": 0.02, "values": {"native": 6.10, "avx2": 6.12}}}
+    spread = {"test_nll.sst": {"spread": 0.02}}
     monkeypatch.setattr(gr, "measured_spread", lambda chapter: spread)
     # tolerance = 3 x 0.02 = 0.06
     assert gr.check_value("kite", "test_nll.sst", 6.10, 6.159) is None
@@ -40,11 +40,18 @@ def test_unmeasured_number_must_match_to_relative_precision(monkeypatch):
 
 
 def test_strings_match_committed_or_a_value_seen_on_a_kernel_path(monkeypatch):
-    spread = {"verdict": {"same": False, "values": {"native": "better", "avx2": "underpowered"}}}
+    spread = {"verdict": {"values": ["better", "underpowered"]}}
     monkeypatch.setattr(gr, "measured_spread", lambda chapter: spread)
     assert gr.check_value("c", "verdict", "better", "better") is None
     assert gr.check_value("c", "verdict", "better", "underpowered") is None
     assert "worse" in gr.check_value("c", "verdict", "better", "worse")
+
+
+def test_the_items_of_a_list_share_the_spread_of_their_pattern(monkeypatch):
+    monkeypatch.setattr(gr, "measured_spread", lambda chapter: {"outcomes_nll.arms.sst[*]": {"spread": 0.1}})
+    assert gr.pattern("outcomes_nll.arms.sst[12]") == "outcomes_nll.arms.sst[*]"
+    assert gr.check_value("kite", "outcomes_nll.arms.sst[12]", 5.0, 5.29) is None
+    assert "0.3" in gr.check_value("kite", "outcomes_nll.arms.sst[12]", 5.0, 5.31)
 
 
 def _kinded(name, data, kind):
