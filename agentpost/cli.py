@@ -29,7 +29,8 @@ def _describe(runs) -> str:
         return f"no valid run ({len(runs)} invalid)"
     ok = sorted(r.receipt["seed"] for r in group if r.valid_ok)
     end = max(r.receipt["timing"]["end"] for r in group)
-    stale = " stale: made with older code" if any(r.stale for r in group) else ""
+    stale = (" stale: made with older code" if any(r.current_stale for r in group) else
+             " re-certified on the current code" if any(r.certified_by for r in group) else "")
     return f"{len(ok)} ok seed(s) {ok} ({end[:16]}){stale}"
 
 
@@ -112,7 +113,9 @@ def _say_invalid(invalid: list[str]) -> None:
 
 def _cmd_validate(args) -> int:
     from agentpost.evidence import receipt as rc
-    from agentpost.evidence.levels import UNKNOWN, group_runs, counted_configuration
+    from agentpost.evidence.certificates import certificate_dir
+    from agentpost.evidence.certificates import problems as certificate_problems
+    from agentpost.evidence.levels import UNKNOWN, configurations, counted_configuration, group_runs
     from agentpost.evidence.validate import check_run, gpu_evidence_problems
 
     paths = [Path(p) for p in args.paths] or [rc.runs_root()]
@@ -121,16 +124,29 @@ def _cmd_validate(args) -> int:
     if args.paths:
         empty = [str(p) for p in paths if not rc.run_dirs(p)]
         if empty:
-            raise UsageError(f"no run folder (a folder with {rc.RECEIPT_NAME} and {rc.NOTEBOOK_NAME}) in: {', '.join(empty)}"
+            raise UsageError(f"no run folder (a folder with {rc.RECEIPT_NAME} and its notebook) in: {', '.join(empty)}"
                              "; name a run folder or a folder of runs")
     reports = [check_run(d) for d in sorted({d for p in paths for d in rc.run_dirs(p)})]  # each run checked once
     problems = [p for r in reports for p in r.problems]
     for p in problems:
         print(f"INVALID {p}")
-    for r in reports:
-        if r.stale and not r.problems:
-            print(f"STALE {r.path.as_posix()}: made with older code ({', '.join(r.stale)} differ from the repository's)")
-    runs, _ = group_runs(reports)
+    runs, adhoc = group_runs(reports)
+    for (chapter, profile), group in sorted({**runs, **adhoc}.items()):
+        if (chapter, profile) != UNKNOWN:
+            configurations(group)  # marks the runs a certificate re-certified
+            for cert in sorted(certificate_dir(chapter, profile).glob("*.json")):
+                for why in certificate_problems(cert):
+                    problems.append(f"{cert.as_posix()}: {why}")
+                    print(f"INVALID {cert.as_posix()}: {why}")
+        for r in group:
+            if r.problems:
+                continue
+            if r.certified_by:
+                print(f"RE-CERTIFIED {r.path.as_posix()}: made with older code, reproduced on the current code "
+                      f"({', '.join(r.certified_by)})")
+            elif r.stale:
+                print(f"STALE {r.path.as_posix()}: made with older code ({', '.join(r.stale)} differ from the "
+                      "repository's)")
     for (chapter, profile), group in sorted(runs.items()):
         if profile == "smoke" or (chapter, profile) == UNKNOWN:  # receipts naming no catalogue profile
             continue
@@ -246,6 +262,45 @@ def _cmd_book(args) -> int:
     return build.returncode or status
 
 
+def _cmd_migrate(args) -> int:
+    from agentpost.evidence import receipt as rc
+    from tqdm.auto import tqdm
+
+    from agentpost.evidence.migrate import NotMigrated, migrate_run
+
+    paths = [Path(p) for p in args.paths] or [rc.runs_root()]
+    if missing := [str(p) for p in paths if not p.exists()]:
+        raise UsageError(f"no such path: {', '.join(missing)}")
+    folders = sorted({d for p in paths for d in rc.run_dirs(p)})
+    done = failed = 0
+    for folder in tqdm(folders, desc="migrate", unit="run", disable=len(folders) < 2):
+        if rc.load_raw(folder / rc.RECEIPT_NAME).get("schema_version") == rc.SCHEMA_VERSION:
+            continue
+        try:
+            migrate_run(folder)
+            done += 1
+        except NotMigrated as why:
+            failed += 1
+            print(f"NOT MIGRATED {folder.as_posix()}: {why}")
+    print(f"{len(folders)} run(s): {done} migrated to schema {rc.SCHEMA_VERSION}, {failed} left as they were, "
+          f"{len(folders) - done - failed} already current")
+    return 1 if failed else 0
+
+
+def _cmd_recertify(args) -> int:
+    from agentpost.run.params import parse_seeds
+    from agentpost.run.recertify import recertify
+
+    _profile_of(args.chapter, args.profile)
+    seeds = parse_seeds(args.seeds, None, "--seeds") if args.seeds else None
+    outcome = recertify(args.chapter, args.profile, seeds, jobs=args.jobs, backend=_backend(args))
+    for seed, found in sorted(outcome.differences.items()):
+        print(f"seed {seed}: {len(found)} value(s) differ:")
+        print("\n".join(f"  {line}" for line in found[:20]) + (f"\n  ... and {len(found) - 20} more" if len(found) > 20 else ""))
+    print(outcome.message)
+    return 1 if outcome.differences else 0
+
+
 def _cmd_refresh(args) -> int:
     from papermill.exceptions import PapermillExecutionError
 
@@ -350,6 +405,27 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("chapter", metavar="CHAPTER", help="chapter id (see `agentpost list`)")
     pl.add_argument("--profile", default="smoke", help="the pilot profile whose runs are read")
     pl.add_argument("--max-seeds", type=int, default=20, help="largest seed count considered")
+
+    mig = command("migrate", _cmd_migrate, "rewrite schema 4 runs in the compact schema 5 form (evidence kept bit for bit)",
+                  "Rewrite schema 4 run folders once into schema 5: per-item outcomes into outcomes.parquet, the\n"
+                  "notebook gzipped without figures, imported code and the notebook hashed by their code (so a\n"
+                  "docstring, comment or prose edit stales nothing). Every recorded value must read back bit for\n"
+                  "bit and the new folder validate, or the run is left as it was.")
+    mig.add_argument("paths", nargs="*", metavar="PATH",
+                     help="run folders or folders of runs (default: every run under book/runs)")
+
+    rec = command("recertify", _cmd_recertify, "re-run a sample of a stale batch's seeds; certify it current if they reproduce",
+                  "Re-execute seeds of a profile's counted batch on the current code (as ordinary runs, kept) and\n"
+                  "compare each with the old run at its seed: every glued value and per-item outcome within 3x the\n"
+                  "chapter's kernel-path spread, fingerprint facts by the arms they group. If all reproduce, a sealed\n"
+                  "certificate under book/runs/<chapter>/<profile>/certificates/ makes the whole batch current (new\n"
+                  "seeds then join it); otherwise the differing values are named and the batch stays stale.")
+    rec.add_argument("chapter", metavar="CHAPTER", help="chapter id (see `agentpost list`)")
+    rec.add_argument("--profile", default="cpu", help="the profile whose counted batch is re-certified")
+    rec.add_argument("--seeds", default=None, metavar="S1,S2,...",
+                     help="seeds to re-run (default: the batch's first seeds, up to 5 recorded minutes, at least one)")
+    rec.add_argument("--jobs", type=int, default=1, help="runs executed at the same time (local backend)")
+    _add_backend_options(rec)
 
     ref = command("refresh", _cmd_refresh, "re-execute notebooks in place with their default (smoke) parameters")
     ref.add_argument("chapters", nargs="+", metavar="CHAPTER", help="chapter ids")

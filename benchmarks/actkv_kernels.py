@@ -32,7 +32,7 @@ if not torch.cuda.is_available():
 import triton  # noqa: E402
 from _table import emit  # noqa: E402
 
-from agentpost.evidence.environment import device_info, package_versions  # noqa: E402
+from agentpost.record.environment import device_info, package_versions  # noqa: E402
 from agentpost.kernels.actkv import (compact_gather, compact_inplace, compaction_plan, copy_rows,  # noqa: E402
                                      paged_decode_attention, recover_action_attention)
 

@@ -124,7 +124,7 @@ def main(argv=None) -> int:
     import torch
 
     from agentpost.deltas.rule import chunk_gated_delta
-    from agentpost.evidence.environment import device_info, package_versions
+    from agentpost.record.environment import device_info, package_versions
     from agentpost.kernels.deltas import chunk_gated_delta_drift, chunk_gated_delta_drift_reference
 
     if args.device == "cuda" and not torch.cuda.is_available():

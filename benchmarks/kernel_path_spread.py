@@ -27,8 +27,8 @@ from pathlib import Path
 
 import nbformat
 
-from agentpost.evidence.environment import device_info, package_versions
-from agentpost.evidence.recording import read_scraps
+from agentpost.record.environment import device_info, package_versions
+from agentpost.record.recording import read_scraps
 from agentpost.run.execute import execute_papermill
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -26,7 +26,7 @@ from _table import emit
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from agentpost.evidence.environment import device_info, package_versions  # noqa: E402
+from agentpost.record.environment import device_info, package_versions  # noqa: E402
 from agentpost.kite.latency import advantage_starts, measure, ratios  # noqa: E402
 
 

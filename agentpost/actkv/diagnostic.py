@@ -260,7 +260,7 @@ def fidelity_table(df):
 
 def per_item(df, ratio: float, metric: str) -> dict[str, dict[str, float]]:
     """``{arm: {trace id: metric}}`` at ``ratio`` for every arm but FullKV (the reference), for
-    :func:`agentpost.evidence.outcomes.record_outcomes`."""
+    :func:`agentpost.record.outcomes.record_outcomes`."""
     sub = df[(df.ratio == ratio) & (df.method != "fullkv")]
     return {arm: dict(zip(g.trace, g[metric].astype(float))) for arm, g in sub.groupby("method", sort=True)}
 

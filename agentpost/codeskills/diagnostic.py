@@ -23,7 +23,7 @@ from agentpost.codeskills.env import make_env, max_steps
 from agentpost.codeskills.runtime import Budgets, action_space, run_episode
 from agentpost.codeskills import search
 from agentpost.codeskills.search import GreedyController
-from agentpost.evidence.outcomes import arm_facts, fingerprint
+from agentpost.record.outcomes import arm_facts, fingerprint
 
 TASKS = ("MiniHack-Room-5x5-v0", "MiniHack-Room-15x15-v0", "MiniHack-Corridor-R3-v0", "MiniHack-Corridor-R5-v0",
          "MiniHack-Quest-Easy-v0", "MiniHack-River-Narrow-v0")

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from agentpost.data import hf
 from agentpost.data.sources import DATASETS, HUB_SOURCES, DataChecksumError, DataMissingError, HubSource
-from agentpost.evidence.hashing import sha256_file
+from agentpost.record.hashing import sha256_file
 from agentpost.project import project_root
 
 __all__ = ["DATASETS", "HUB_SOURCES", "DataChecksumError", "DataMissingError", "HubSource", "checksums", "data_file",

@@ -46,7 +46,7 @@ def drift_separation(spec: RecallStreamSpec, seeds) -> pd.DataFrame:
 
 
 def per_item(frame: pd.DataFrame, value: str, item: str | list[str]) -> dict[str, dict[str, float]]:
-    """``{policy: {item id: value}}`` for :func:`agentpost.evidence.outcomes.record_outcomes`; the item id joins the
+    """``{policy: {item id: value}}`` for :func:`agentpost.record.outcomes.record_outcomes`; the item id joins the
     ``item`` column(s) with ``:`` (e.g. ``["seed", "fact"]`` -> ``"42000:3"``)."""
     cols = [item] if isinstance(item, str) else list(item)
     ids = frame[cols].astype(str).agg(":".join, axis=1)

@@ -64,7 +64,7 @@ import numpy as np
 import torch
 
 from agentpost.deltas.hybrid import HybridConfig, HybridForCausalLM
-from agentpost.evidence.environment import package_versions
+from agentpost.record.environment import package_versions
 from agentpost.models.schedules import warmup_cosine
 from agentpost.models.trainer import lm_loss, optimizer_step, perplexity, random_windows
 
@@ -363,7 +363,7 @@ def repeat_nll(model: HybridForCausalLM, ids: np.ndarray, hp: Hyper, rng: np.ran
 def save(model: HybridForCausalLM, receipt: dict, out_dir: Path = ASSET_DIR) -> dict:
     """``save_pretrained`` + receipt (with the data hashes and the weights' size and hash)."""
     from agentpost.data import data_file
-    from agentpost.evidence.hashing import sha256_file
+    from agentpost.record.hashing import sha256_file
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -1,6 +1,2 @@
-"""Recording metrics (glue), the device a notebook ran on, receipts, validation and the evidence ledger."""
-
-from agentpost.evidence.environment import show_device
-from agentpost.evidence.recording import glue, glue_figure, glue_paired, glue_table
-
-__all__ = ["glue", "glue_figure", "glue_paired", "glue_table", "show_device"]
+"""Receipts, their compact storage, validation, comparisons across seeds, re-certification and the evidence ledger:
+what reads runs. What a notebook calls to record them is :mod:`agentpost.record`, which imports nothing of this."""

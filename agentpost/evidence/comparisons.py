@@ -1,7 +1,7 @@
 """The chapter's declared comparisons, computed across the seed runs of a profile configuration.
 
 Each papermill run is one seed and records every arm's per-item outcomes once
-(:func:`agentpost.evidence.outcomes.record_outcomes`). A comparison is declared once in the chapter's catalogue
+(:func:`agentpost.record.outcomes.record_outcomes`). A comparison is declared once in the chapter's catalogue
 entry (:class:`agentpost.catalogue.Comparison`); this module reads the valid runs of the counted configuration
 (all but the seed equal; the one with most seeds, :func:`agentpost.evidence.levels.configurations`), pairs the two arms item by item *by item id* within each seed, checks that both arms
 started from the same facts (checkpoint, data, updates, token cap: :class:`agentpost.stats.ArmMeta`, except the
@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Iterable
 
 from agentpost.catalogue import Chapter, Comparison, chapter as chapter_of
-from agentpost.evidence.outcomes import PREFIX, REQUIRED_FACTS, fingerprint, is_outcomes
+from agentpost.record.outcomes import PREFIX, REQUIRED_FACTS, fingerprint, is_outcomes
 
 #: Verdict classes that settle a question (a difference that matters, or practical equivalence).
 CONCLUSIVE_CLASSES = ("matters", "equivalent")

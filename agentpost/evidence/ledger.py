@@ -18,13 +18,14 @@ import yaml
 from agentpost.catalogue import Chapter, chapters
 from agentpost.errors import UsageError
 from agentpost.evidence import receipt as rc
+from agentpost.evidence import run_store
 from agentpost.evidence.escape import code, escape_cell
 from agentpost.evidence.levels import (LEVELS, ClaimStatus, Run, collect_runs, configurations, counted_configuration,
                                        ledger_rows, read_claims_report)
 from agentpost.evidence.comparison_pages import comparisons_section, headline_section
 from agentpost.evidence.comparisons import compute, compute_all
 from agentpost.evidence.paired_table import paired_rows
-from agentpost.evidence.recording import format_value
+from agentpost.record.recording import format_value
 from agentpost.evidence.spread import spread_section
 from agentpost.evidence.verdicts import write_verdicts
 from agentpost.project import project_root
@@ -106,6 +107,8 @@ def _validity(run: Run) -> str:
     if run.problems:
         fields = sorted({p.field for p in run.problems})
         return "NO: " + escape_cell("; ".join(fields[:5]) + (f"; {len(fields) - 5} more" if len(fields) > 5 else ""))
+    if run.certified_by:
+        return f"yes (re-certified: {escape_cell(', '.join(run.certified_by))})"
     return "yes" + (f" (stale: made with older {', '.join(s.split('.')[-1] for s in run.stale)})" if run.stale else "")
 
 
@@ -157,7 +160,7 @@ def evidence_page(chapter: Chapter, runs, rows: list[ClaimStatus], out_dir: Path
                 f"| {rec['seed']} | {escape_cell(rec['status'])} | {_validity(r)} "
                 f"| {rec['timing']['wall_s']:.1f} | {rec['peak_memory']['host_rss_bytes'] / 2**20:.0f} "
                 f"| {escape_cell(str(rec['device'].get('kind')) + ': ' + str(rec['device'].get('name')))} "
-                f"| {_download(r, rc.RECEIPT_NAME)} | {_download(r, rc.NOTEBOOK_NAME)} |")
+                f"| {_download(r, rc.RECEIPT_NAME)} | {_download(r, run_store.notebook_path(r.path).name)} |")
         names = _scalar_metrics(group)
         if names:
             lines += ["", "### Recorded metrics across seeds", "",

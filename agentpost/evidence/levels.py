@@ -21,8 +21,9 @@ from pathlib import Path
 from agentpost.catalogue import Chapter, Claim, chapters
 from agentpost.errors import UsageError
 from agentpost.evidence.paired_table import is_paired, paired_outcome
+from agentpost.evidence import certificates
 from agentpost.evidence import receipt as rc
-from agentpost.evidence.recording import format_value
+from agentpost.record.recording import format_value
 from agentpost.evidence.validate import Report, catalogue_profile, check_run, copied_seeds, gpu_evidence_problems
 from agentpost.project import config, project_root
 
@@ -38,6 +39,13 @@ class Run:
     problems: list = field(default_factory=list)
     stale: list = field(default_factory=list)
     malformed: str | None = None  # why the receipt is no receipt of the catalogue (Report.malformed)
+    #: The certificates that make this stale run current (agentpost.evidence.certificates.merge).
+    certified_by: list = field(default_factory=list)
+
+    @property
+    def current_stale(self) -> list:
+        """What makes the run old now: its stale inputs, unless a certificate re-certified its batch."""
+        return [] if self.certified_by else self.stale
 
     @classmethod
     def from_report(cls, report: Report) -> "Run":
@@ -103,14 +111,15 @@ def malformed_message(runs: dict[tuple[str, str], list[Run]]) -> str | None:
 def configurations(runs: list[Run]) -> list[list[Run]]:
     """The valid runs grouped by configuration (all but the seed equal), the counted one first.
 
-    The counted configuration is the one with the most valid seeds, the most recently finished among equals: a
-    stray run with other code or parameters starts a configuration of its own and cannot hide a larger committed
-    one (the ledger lists the others it does not count)."""
+    Configurations that re-certification linked are one (:func:`agentpost.evidence.certificates.merge`: one run per
+    seed, the re-run where a seed was re-run). The counted configuration is the one with the most valid seeds, the
+    most recently finished among equals: a stray run with other code or parameters starts a configuration of its
+    own and cannot hide a larger committed one (the ledger lists the others it does not count)."""
     groups: dict[str, list[Run]] = defaultdict(list)
     for run in runs:
         if not run.problems:
             groups[rc.configuration_key(run.receipt)].append(run)
-    return sorted(groups.values(), reverse=True,
+    return sorted(certificates.merge(groups), reverse=True,
                   key=lambda g: (len({r.receipt["seed"] for r in g}), max(r.receipt["timing"]["end"] for r in g)))
 
 
@@ -218,11 +227,13 @@ def claim_status(chapter: Chapter, claim: Claim, tests: dict, runs: dict[tuple[s
             continue
         # A GPU (or reproduction) configuration is also the diagnostic run at a larger scale.
         reached = {"diagnostic"} | ({"gpu-diagnostic"} if on_gpu else set()) | ({level} if level == "reproduction" else set())
-        stale = sorted({s.split(".")[-1] for r in group for s in r.stale})
+        stale = sorted({s.split(".")[-1] for r in group for s in r.current_stale})
+        certified = sorted({c for r in group for c in r.certified_by})
         for lvl in reached:
             levels[lvl] = True
-            notes[lvl] = f"profile {profile}, seeds {sorted(seeds)}" + (f", STALE: made with older {', '.join(stale)}"
-                                                                       if stale else "")
+            notes[lvl] = f"profile {profile}, seeds {sorted(seeds)}" + (
+                f", STALE: made with older {', '.join(stale)}" if stale else
+                f", re-certified on the current code ({', '.join(certified)})" if certified else "")
         if outcome := _declared_outcome(mine) or _outcome(group, claim.metrics):
             notes["outcome"] = outcome
     if not claim.metrics:

@@ -10,9 +10,14 @@ folder lives under :func:`runs_root`. ``run.execute`` fills it; ``validate``, ``
 A run made with ``-p`` overrides is an *ad-hoc* run: ``kind = "ad-hoc"``, its own folder
 (``<chapter>/<profile>/ad-hoc/``) and its own run key, so it never counts as the profile's evidence.
 
-Schema versions: 3 (written now) adds ``backend``, where the run executed (:data:`BACKEND_NAMES`); it is not part of
-the run key, so a run is the same evidence whatever executed it. Version 2 receipts (no ``backend``) still read and
-validate as they did (:data:`MODELS`).
+Schema versions: 5 (written now) stores the run compactly (:mod:`agentpost.evidence.run_store`: the notebook
+gzipped, per-item outcomes in ``outcomes.parquet`` sealed by ``outcomes_sha256``) and judges staleness by what can
+change the numbers: ``imported_code`` holds each imported file's *code* hash and ``notebook_code`` the notebook's
+code cells' (:func:`agentpost.record.hashing.code_hash`: docstrings, comments, formatting and prose do not count).
+4 listed the imported files by their bytes' sha256; 3 added ``backend``, where the run executed
+(:data:`BACKEND_NAMES`; not part of the run key, so a run is the same evidence whatever executed it); 2 had neither.
+Older receipts still read and validate as they did (:data:`MODELS`); ``agentpost migrate`` turns a version 4 run
+into version 5 once, its outcomes kept bit for bit.
 """
 
 from __future__ import annotations
@@ -25,12 +30,15 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from agentpost.evidence.hashing import notebook_source_hash, sha256_file, sha256_json, sha256_tree
+from agentpost.record.hashing import (code_hash, notebook_code_hash, notebook_source_hash, sha256_file, sha256_json,
+                                        sha256_tree)
 from agentpost.project import project_root
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 RECEIPT_NAME = "receipt.json"
+#: The executed notebook of a schema <= 4 run; schema 5 stores it gzipped (:data:`STORED_NOTEBOOK_NAME`).
 NOTEBOOK_NAME = "notebook.ipynb"
+STORED_NOTEBOOK_NAME = "notebook.ipynb.gz"
 #: The runs root, relative to the project root (the one place it is named).
 RUNS_DIR = "book/runs"
 ADHOC_DIR = "ad-hoc"
@@ -105,19 +113,33 @@ class ReceiptV3(ReceiptV2):
     backend: Backend  # where it executed; not part of the run key
 
 
-class Receipt(ReceiptV2):
-    """One run: a chapter notebook executed by papermill at one profile (plus overrides) and one seed."""
+class ReceiptV4(ReceiptV2):
+    """Schema version 4: imported files by their bytes, outcomes and the notebook stored as JSON (read, never
+    written; ``agentpost migrate`` makes them version 5)."""
 
     schema_version: Literal[4]
     backend: Backend  # where it executed; not part of the run key
     #: sha256 of every file of the project's code (CODE_PATTERNS' .py files, by path relative to the code root)
-    #: that the run's kernel had imported when its last cell finished: staleness is judged by these, so an edit
-    #: elsewhere in the tree does not make the run old. Not part of the run key (the cache keys on the whole tree).
+    #: that the run's kernel had imported when its last cell finished.
     imported_code: dict[str, str]
 
 
+class Receipt(ReceiptV2):
+    """One run: a chapter notebook executed by papermill at one profile (plus overrides) and one seed."""
+
+    schema_version: Literal[5]
+    backend: Backend  # where it executed; not part of the run key
+    #: Code hash (hashing.code_hash) of every file of the project's code (CODE_PATTERNS' .py files, by path relative
+    #: to the code root) that the run's kernel had imported when its last cell finished: staleness is judged by
+    #: these, so an edit elsewhere in the tree, or of a docstring or comment, does not make the run old. Not part of
+    #: the run key (the cache keys on the whole tree).
+    imported_code: dict[str, str]
+    notebook_code: str  # hashing.notebook_code_hash of the executed notebook: its code cells, not its prose
+    outcomes_sha256: str | None  # sha256 of outcomes.parquet (None: the run recorded no per-item outcomes)
+
+
 #: The model of each schema version that still reads.
-MODELS: dict[int, type[ReceiptV2]] = {2: ReceiptV2, 3: ReceiptV3, 4: Receipt}
+MODELS: dict[int, type[ReceiptV2]] = {2: ReceiptV2, 3: ReceiptV3, 4: ReceiptV4, 5: Receipt}
 
 
 def json_schema() -> dict:
@@ -151,19 +173,39 @@ def code_tree_hash() -> str:
     return sha256_tree(code_root(), CODE_PATTERNS)
 
 
-def changed_code(imported: dict[str, str]) -> list[str]:
-    """The files of ``imported`` (``{path relative to the code root: sha256}``) that differ now or are gone."""
+def changed_code(imported: dict[str, str], by_code: bool = True) -> list[str]:
+    """The files of ``imported`` (``{path relative to the code root: hash}``) that differ now or are gone: by their
+    code hash (schema 5, :func:`agentpost.record.hashing.code_hash`) or, with ``by_code=False``, their bytes'
+    sha256 (schema 4)."""
     root = code_root()
+    digest_of = code_file_hash if by_code else sha256_file
     changed = []
     for rel, digest in sorted(imported.items()):
         path = root / rel
         try:
-            same = path.resolve().is_relative_to(root) and sha256_file(path) == digest
-        except OSError:
+            same = path.resolve().is_relative_to(root) and digest_of(path) == digest
+        except (OSError, UnicodeDecodeError):
             same = False
         if not same:
             changed.append(rel)
     return changed
+
+
+_CODE_CACHE: dict[tuple[str, int, int], str] = {}
+
+
+def code_file_hash(path: Path) -> str:
+    """:func:`code_hash` of a Python file, memoized on (path, size, mtime)."""
+    st = path.stat()
+    key = (str(path.resolve()), st.st_size, st.st_mtime_ns)
+    if key not in _CODE_CACHE:
+        _CODE_CACHE[key] = code_hash(path.read_text(encoding="utf-8"))
+    return _CODE_CACHE[key]
+
+
+def current_notebook_code(chapter_id: str) -> str:
+    """:func:`notebook_code_hash` of the chapter's source notebook as it is now."""
+    return notebook_code_hash(source_notebook(chapter_id))
 
 
 def data_hashes(datasets: tuple[str, ...]) -> dict[str, str]:
@@ -203,9 +245,13 @@ def configuration_key(receipt: dict) -> str:
 
     A receipt that lists its imported code (schema 4) is keyed by those files instead of the whole tree, so seeds
     run before and after an edit the run never imports (``agentpost run CHAPTER --seeds 45,46`` a week later)
-    still replicate one configuration."""
+    still replicate one configuration; schema 5 keys them by their code hashes and the notebook by its code cells,
+    so an edit of a docstring, a comment or the chapter's prose does not split a configuration either."""
     hashes = input_hashes_of(receipt)
-    if receipt.get("imported_code"):
+    if receipt.get("schema_version", 0) >= 5:
+        hashes = {**{k: v for k, v in hashes.items() if k not in ("code_tree", "source_notebook")},
+                  "imported_code": sha256_json(receipt["imported_code"]), "notebook_code": receipt["notebook_code"]}
+    elif receipt.get("imported_code"):
         hashes = {**{k: v for k, v in hashes.items() if k != "code_tree"},
                   "imported_code": sha256_json(receipt["imported_code"])}
     return sha256_json({"chapter": receipt["chapter"], "profile": receipt["profile"], "kind": receipt.get("kind"),
@@ -254,9 +300,14 @@ def build(**fields: Any) -> Receipt:
 
 
 def write_atomic(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file and a rename."""
+    """Write ``text`` to ``path`` (UTF-8) through a temporary file and a rename."""
+    write_atomic_bytes(path, text.encode("utf-8"))
+
+
+def write_atomic_bytes(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` through a temporary file and a rename."""
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(text, encoding="utf-8")
+    tmp.write_bytes(data)
     os.replace(tmp, path)
 
 

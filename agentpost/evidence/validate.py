@@ -12,7 +12,7 @@ What is recomputed (book/receipts.md has the reader's version):
   glued value's text renders its scrap data, every glue call a cell makes unconditionally has its output, the
   device is recorded);
 * the environment: the device and packages equal what the notebook itself recorded
-  (:func:`agentpost.evidence.environment.show_device`), and the timing agrees with papermill's;
+  (:func:`agentpost.record.environment.show_device`), and the timing agrees with papermill's;
 * staleness: whether the code, the notebook and the data are still the repository's (not an error; shown);
 * the chapter: papermill executed ``<chapter>.ipynb``, and the notebook's cells are not another chapter's notebook
   (a run copied from another chapter never counts);
@@ -37,10 +37,11 @@ import nbformat
 from pydantic import ValidationError
 
 from agentpost.evidence import receipt as rc
-from agentpost.evidence.environment import GLUE_NAME
+from agentpost.evidence import run_store
+from agentpost.record.environment import GLUE_NAME
 from agentpost.evidence.escape import brief
-from agentpost.evidence.hashing import notebook_source_hash, sha256_bytes, sha256_json
-from agentpost.evidence.recording import SCRAP_MIME, read_scraps, rendering_problem
+from agentpost.record.hashing import PAPERMILL_TAGS, notebook_code_hash, notebook_source_hash, sha256_bytes, sha256_json
+from agentpost.record.recording import SCRAP_MIME, read_scraps, rendering_problem
 from agentpost.project import config
 
 GLUE_FUNCTIONS = {"glue", "glue_table", "glue_figure", "glue_paired"}
@@ -96,11 +97,13 @@ def check_run(run_dir: Path) -> Report:
         report.malformed = f"{field_name}: {message}"
         return report
 
-    receipt_path, nb_path = run_dir / rc.RECEIPT_NAME, run_dir / rc.NOTEBOOK_NAME
+    receipt_path, nb_path = run_dir / rc.RECEIPT_NAME, run_store.notebook_path(run_dir)
     if not receipt_path.is_file() or not nb_path.is_file():
-        bad("files", f"needs {rc.RECEIPT_NAME} and {rc.NOTEBOOK_NAME}")
+        bad("files", f"needs {rc.RECEIPT_NAME} and {rc.STORED_NOTEBOOK_NAME} (or, before schema 5, "
+                     f"{rc.NOTEBOOK_NAME})")
         return report
-    if receipt_path.is_symlink() or nb_path.is_symlink() or run_dir.is_symlink():
+    outcomes_path = run_dir / run_store.OUTCOMES_NAME
+    if receipt_path.is_symlink() or nb_path.is_symlink() or run_dir.is_symlink() or outcomes_path.is_symlink():
         return malformed("files", "a run folder and its files are never symbolic links")
     try:
         raw = rc.load_raw(receipt_path)
@@ -129,14 +132,29 @@ def check_run(run_dir: Path) -> Report:
                                             "profile of the catalogue")
     if rc.seal(raw)["receipt_sha256"] != raw["receipt_sha256"]:
         bad("receipt_sha256", "the receipt was edited after sealing")
-    nb_bytes = nb_path.read_bytes()
-    if sha256_bytes(nb_bytes) != raw["hashes"]["output_notebook"]:
-        bad("hashes.output_notebook", "the output notebook was changed after the run")
+    if version >= 5 and nb_path.name != rc.STORED_NOTEBOOK_NAME:
+        bad("files", f"a schema {version} run stores its notebook as {rc.STORED_NOTEBOOK_NAME}")
     try:
-        nb = nbformat.reads(nb_bytes.decode(), as_version=4)
+        nb_text = run_store.read_notebook_text(nb_path)
+        if sha256_bytes(nb_text.encode()) != raw["hashes"]["output_notebook"]:
+            bad("hashes.output_notebook", "the output notebook was changed after the run")
+        nb = nbformat.reads(nb_text, as_version=4)
     except Exception as err:  # noqa: BLE001 - any unreadable notebook is a problem to name, not a crash
-        bad("notebook", f"unreadable: {err}")
+        bad("notebook", f"unreadable: {str(err)[:200]}")
         return report
+    outcomes = run_store.read_outcomes_file(run_dir)
+    expected = raw.get("outcomes_sha256")
+    if (outcomes is None) != (expected is None) or (outcomes is not None and sha256_bytes(outcomes) != expected):
+        bad(run_store.OUTCOMES_NAME, "missing" if outcomes is None else "present but the receipt seals none"
+            if expected is None else "changed after the run")
+        return report
+    try:
+        nb, metrics = run_store.inflate(nb, raw["metrics"], outcomes)
+    except Exception as err:  # noqa: BLE001 - an unreadable or incomplete outcomes file is a problem to name
+        bad(run_store.OUTCOMES_NAME, f"unreadable: {str(err)[:200]}")
+        return report
+    raw = {**raw, "metrics": metrics}  # every check and every reader below sees the recorded outcomes
+    report.receipt = raw
     _check_keys(raw, run_dir, bad)
     _check_chapter(raw, nb, bad)
     _check_parameters(raw, nb, bad)
@@ -232,7 +250,7 @@ def notebook_problems(nb, run: str = "") -> list[Problem]:
     Shared by :func:`check_run` and by the nbval plugin (tests/notebooks/glue_regression.py), so a chapter whose
     fresh run would not validate fails the tests: one cell tagged ``parameters`` (where papermill injects), every
     glued value's text renders its data, every glue a cell makes unconditionally (before the first error) has its
-    output, and the device recorded by :func:`~agentpost.evidence.environment.show_device`.
+    output, and the device recorded by :func:`~agentpost.record.environment.show_device`.
     """
     problems: list[Problem] = []
     tagged = [i for i, c in enumerate(nb.cells) if "parameters" in c.get("metadata", {}).get("tags", [])]
@@ -267,10 +285,11 @@ def _check_notebook(r: dict, nb, bad) -> None:
     pm = nb.metadata.get("papermill", {})
     if pm.get("parameters") != r["parameters"]:
         bad("notebook.metadata.papermill.parameters", "papermill's record of the parameters differs from the receipt's")
-    added = {"injected-parameters", "papermill-error-cell-tag"}  # the cells papermill adds
-    source_cells = [c for c in nb.cells if not added & set(c.get("metadata", {}).get("tags", []))]
+    source_cells = [c for c in nb.cells if not PAPERMILL_TAGS & set(c.get("metadata", {}).get("tags", []))]
     if notebook_source_hash({"cells": source_cells}) != r["hashes"]["source_notebook"]:
         bad("hashes.source_notebook", "the output notebook's cells are not the source notebook the receipt names")
+    if r["schema_version"] >= 5 and notebook_code_hash(nb) != r["notebook_code"]:
+        bad("notebook_code", "differs from the hash of the output notebook's code cells")
     errors = error_cells(nb)
     if (r["status"] == "ok") == bool(errors) or (r["status"] == "ok") != (r["error"] is None):
         bad("status", f"{r['status']!r} but the notebook has {len(errors)} error output(s) and error is {r['error']!r}")
@@ -359,8 +378,13 @@ def stale_inputs(r: dict) -> list[str]:
     except (KeyError, OSError):
         stale.append("hashes.source_notebook")
         ch = None
-    if r.get("imported_code"):  # judged by the files the run imported (schema 4); older receipts by the whole tree
+    if r.get("schema_version", 0) >= 5:  # judged by code: the notebook's code cells, the imported files' code
+        if ch is not None and "hashes.source_notebook" in stale and rc.current_notebook_code(ch.id) == r["notebook_code"]:
+            stale.remove("hashes.source_notebook")  # only its prose changed
         if rc.changed_code(r["imported_code"]):
+            stale.append("imported_code")
+    elif r.get("imported_code"):  # judged by the files the run imported (schema 4); older receipts by the whole tree
+        if rc.changed_code(r["imported_code"], by_code=False):
             stale.append("imported_code")
     elif rc.code_tree_hash() != r["hashes"]["code_tree"]:
         stale.append("hashes.code_tree")

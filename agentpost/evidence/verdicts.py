@@ -21,7 +21,7 @@ from pathlib import Path
 from agentpost.catalogue import Chapter
 from agentpost.evidence.comparison_pages import comparison_table, forest_plot
 from agentpost.evidence.comparisons import Computed
-from agentpost.evidence.recording import SCRAP_MIME, _jsonable, format_value, value_html
+from agentpost.record.recording import SCRAP_MIME, _jsonable, format_value, value_html
 
 FIELDS = ("verdict", "estimate", "ci_low", "ci_high", "mde", "seeds")
 

@@ -24,7 +24,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from agentpost.evidence.outcomes import fingerprint
+from agentpost.record.outcomes import fingerprint
 from agentpost.graft.advantages import grpo_c_objective
 from agentpost.graft.credit import CreditConfig, step_credit
 from agentpost.graft.graph import Trajectory, build_graph, node_group_stats, state_hash

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from agentpost.evidence.outcomes import arm_facts, fingerprint
+from agentpost.record.outcomes import arm_facts, fingerprint
 from agentpost.kite.train import (ARMS, TrainSpec, article_chunks, article_ids, per_article_nll, token_stream,
                                   train_arm)
 from agentpost.stats import Split, select_on_validation
@@ -33,7 +33,7 @@ class DiagnosticResult:
         return next(r for r in self.runs if r["arm"] == arm and r["lr"] == self.selected_lr[arm])
 
     def facts(self) -> dict[str, dict]:
-        """Each arm's measured facts (:func:`~agentpost.evidence.outcomes.arm_facts`) at its selected rate:
+        """Each arm's measured facts (:func:`~agentpost.record.outcomes.arm_facts`) at its selected rate:
         the fingerprint of its initial weights, the data fingerprint, the optimizer steps made, the selected rate
         and the training FLOPs spent."""
         out = {}

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from agentpost.evidence.outcomes import fingerprint
+from agentpost.record.outcomes import init_fingerprint
 from agentpost.kite.expansion import expand
 from agentpost.kite.flops import match_budget, relative_budget_error, training_flops_per_sequence
 from agentpost.kite.model import DenseLM, SSTLM, build
@@ -121,20 +121,14 @@ def sst_budget(model: SSTLM, spec: TrainSpec) -> float:
                               + spec.stage2_updates * training_flops_per_sequence(model.cfg, spec.seq_len))
 
 
-def init_fingerprint(cfg, seed: int) -> str:
-    """What determines an arm's starting weights: its model configuration and the seed set before building it (a
-    hash of the weights themselves would differ between CPU kernel paths: torch's vectorised ``normal_``)."""
-    return fingerprint(asdict(cfg), seed)
-
-
 def train_arm(kind: str, stream: torch.Tensor, spec: TrainSpec, lr: float, seed: int,
               **model_kwargs) -> tuple[torch.nn.Module, dict]:
     """Train one arm (``sst``, ``dense_flops`` or ``dense_kv``) at the SST's training budget; returns (model, info).
 
     ``seed`` sets the initialisation and the stream of training windows (the same windows, in the same order,
     for every arm). ``info["init"]`` fingerprints what determines the weights the arm started from
-    (:func:`init_fingerprint`; the SST's stage-1 Prefiller, which is the same initialisation as ``dense_kv`` at the
-    same seed); ``info["updates"]`` counts the
+    (:func:`agentpost.record.outcomes.init_fingerprint`: the SST's stage-1 Prefiller, which is the same
+    initialisation as ``dense_kv`` at the same seed); ``info["updates"]`` counts the
     optimizer steps actually made.
     """
     if kind not in ARMS:
@@ -147,7 +141,7 @@ def train_arm(kind: str, stream: torch.Tensor, spec: TrainSpec, lr: float, seed:
     if kind == "sst":
         torch.manual_seed(seed)
         stage1 = DenseLM(sst.cfg.prefiller).to(spec.device)
-        init = init_fingerprint(stage1.cfg, seed)
+        init = init_fingerprint(stage1, seed)
         losses = fit(stage1, stream, [spec.batch_size] * spec.stage1_updates, lr, spec, gen)
         model = expand(stage1, sst, spec.expansion_init)
         losses += fit(model, stream, [spec.batch_size] * spec.stage2_updates, lr, spec, gen)
@@ -155,7 +149,7 @@ def train_arm(kind: str, stream: torch.Tensor, spec: TrainSpec, lr: float, seed:
     else:
         torch.manual_seed(seed)
         model = build(kind, **{k: v for k, v in model_kwargs.items() if k in _DENSE_KEYS}).to(spec.device)
-        init = init_fingerprint(model.cfg, seed)
+        init = init_fingerprint(model, seed)
         per_seq = training_flops_per_sequence(model.cfg, spec.seq_len)
         sizes = match_budget(budget, per_seq, spec.updates)
         losses = fit(model, stream, sizes, lr, spec, gen)

@@ -41,7 +41,7 @@ def train(out_dir: Path | None, *, steps: int, batch: int, lr: float, seed: int,
     from transformers import Qwen3ForCausalLM
 
     from agentpost.data import files_read
-    from agentpost.evidence.hashing import sha256_file
+    from agentpost.record.hashing import sha256_file
     from agentpost.madrl.task import load_problems, prompt_text, split_validation
     from agentpost.models import arith_lm
     from agentpost.models.schedules import warmup_cosine

@@ -131,7 +131,7 @@ def pretrain(config: GRUConfig, *, steps: int, batch_size: int, lr: float, seed:
     from tqdm.auto import tqdm
 
     from agentpost.data import files_read
-    from agentpost.evidence.hashing import sha256_file
+    from agentpost.record.hashing import sha256_file
     from agentpost.madrl.task import load_problems, split_validation
     from agentpost.models.schedules import warmup_cosine
 

@@ -40,7 +40,7 @@ def train(out_dir: Path = ASSET_DIR, vocab_size: int = VOCAB_SIZE) -> dict:
     from transformers import PreTrainedTokenizerFast
 
     from agentpost.data import data_file
-    from agentpost.evidence.hashing import sha256_file
+    from agentpost.record.hashing import sha256_file
 
     train_path = data_file("wikitext-2", "train.txt")
     start = time.time()

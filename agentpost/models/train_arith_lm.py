@@ -39,7 +39,7 @@ import torch.nn.functional as F
 
 from agentpost.data import files_read
 from agentpost.data.gsm8k import arithmetic_split
-from agentpost.evidence.hashing import sha256_file
+from agentpost.record.hashing import sha256_file
 from agentpost.models import arith_lm as A
 from agentpost.models.schedules import warmup_cosine
 from agentpost.models.trainer import save_checkpoint

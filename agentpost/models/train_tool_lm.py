@@ -40,7 +40,7 @@ import torch
 from agentpost.data.tool_traces import SPLIT_GROUPS, TRACE_LABEL, build_traces, tokenize_trace
 from agentpost.data import files_read
 from agentpost.data.wikitext2 import read_split, words
-from agentpost.evidence.hashing import sha256_file
+from agentpost.record.hashing import sha256_file
 from agentpost.models.lm import DEFAULT_DIR, TRAIN_COMMAND, tool_lm_config
 from agentpost.models.schedules import warmup_cosine
 from agentpost.models.tokenizer import ASSET_DIR as TOKENIZER_DIR

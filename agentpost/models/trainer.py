@@ -57,7 +57,7 @@ def save_checkpoint(model, tokenizer, out_dir) -> dict:
     returns the receipt's ``checkpoint`` entry (file name, bytes, sha256 of the weights)."""
     from pathlib import Path
 
-    from agentpost.evidence.hashing import sha256_file
+    from agentpost.record.hashing import sha256_file
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)

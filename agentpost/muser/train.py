@@ -15,14 +15,14 @@ bit for bit). On the CPU nothing is moved: the results are the ones this module 
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import NamedTuple
 
 import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from agentpost.evidence.outcomes import fingerprint
+from agentpost.record.outcomes import init_fingerprint
 from agentpost.muser.interests import orthogonality_penalty
 from agentpost.muser.loss import NEGATIVES, alignment_infonce, next_k_contrastive
 from agentpost.muser.model import MuSeRConfig, build_model
@@ -148,8 +148,7 @@ def train_model(cfg: MuSeRConfig, tc: TrainConfig, train: list[np.ndarray], seed
     rng = np.random.default_rng(seed)
     gen = torch.Generator().manual_seed(seed)
     model = build_model(cfg, semantic)
-    # what determines the starting weights (configuration, seed, whether item text is fused), not their floats
-    checkpoint = fingerprint(asdict(cfg), seed, semantic is not None)
+    checkpoint = init_fingerprint(model, seed)  # what determines the starting weights, not their floats
     model.to(dev)
     opt = torch.optim.Adam(model.parameters(), lr=tc.lr)
     users, ends = prefixes(train)

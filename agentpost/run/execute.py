@@ -35,9 +35,10 @@ from traitlets.config import Config
 from agentpost.catalogue import chapter as get_chapter
 from agentpost.evidence import receipt as rc
 from agentpost.evidence.desensitize import desensitize_text
-from agentpost.evidence.environment import device_info, package_versions
-from agentpost.evidence.hashing import sha256_bytes
-from agentpost.evidence.recording import read_scraps
+from agentpost.record.environment import device_info, package_versions
+from agentpost.evidence import run_store
+from agentpost.record.hashing import notebook_code_hash, sha256_bytes
+from agentpost.record.recording import read_scraps
 from agentpost.project import project_root
 from agentpost.run.params import RunSpec
 
@@ -92,18 +93,20 @@ CellCallback = Callable[[int, int], None]
 IMPORTED_CODE_KEY = "agentpost_imported_code"
 
 #: Run in the kernel after the last cell, never shown: the files of the agentpost package (its kernels included)
-#: that the run imported, hashed where the kernel found them, and the code root it found them under.
+#: that the run imported, by their code hash (agentpost.record.hashing.code_hash) of the text the kernel found,
+#: and the code root it found them under. The list is taken before the probe imports the hashing module.
 IMPORTED_CODE_PROBE = """\
-import hashlib as _h, json as _j, pathlib as _p, sys as _s
+import json as _j, pathlib as _p, sys as _s
 import agentpost as _a
 _root = _p.Path(_a.__file__).resolve().parent.parent
-_files = {}
+_paths = {}
 for _m in list(_s.modules.values()):
     _f = getattr(_m, "__file__", None)
     _r = _p.Path(_f).resolve() if isinstance(_f, str) else None
     if _r is not None and _r.suffix == ".py" and _r.is_relative_to(_root) and _r.relative_to(_root).parts[0] in ("agentpost", "kernels"):
-        _files[_r.relative_to(_root).as_posix()] = _h.sha256(_r.read_bytes()).hexdigest()
-print(_j.dumps({"root": str(_root), "files": _files}))
+        _paths[_r.relative_to(_root).as_posix()] = _r
+from agentpost.record.hashing import code_hash as _code_hash
+print(_j.dumps({"root": str(_root), "files": {_k: _code_hash(_v.read_text(encoding="utf-8")) for _k, _v in _paths.items()}}))
 """
 
 
@@ -159,7 +162,7 @@ def execute_papermill(source: Path, output: Path, *, parameters: dict | None = N
                       progress_bar: bool = False, on_cell: CellCallback | None = None) -> dict[str, str]:
     """Execute ``source`` into ``output`` with papermill in the notebook's folder; raises papermill's errors.
 
-    Returns ``{path relative to the code root: sha256}`` of the project files the kernel imported (empty when the
+    Returns ``{path relative to the code root: code hash}`` of the project files the kernel imported (empty when the
     probe could not tell, e.g. the kernel died); raises :class:`ForeignCode` when the kernel's agentpost is not the
     one under :func:`agentpost.evidence.receipt.code_root` (the code hash would describe other code).
 
@@ -200,10 +203,11 @@ class RunOutput:
     text and the sealed receipt's. Small and picklable, so a Ray task or a Slurm job returns it to the driver."""
 
     spec: RunSpec
-    notebook_text: str
+    notebook_text: str  # the executed notebook in stored form (agentpost.evidence.run_store.compact)
     receipt_text: str
     wall_s: float
     error: str | None = None
+    outcomes: bytes | None = None  # outcomes.parquet (None: no per-item outcomes recorded)
 
 
 class InputsDiffer(RuntimeError):
@@ -239,7 +243,8 @@ def produce(spec: RunSpec, backend: str = "local", *, check_inputs: bool = False
         ended = datetime.now(timezone.utc)
         wall = (ended - started).total_seconds()  # one clock for start, end and wall time, even if it is stepped
         nb = sanitize_notebook(nbformat.read(out_nb, as_version=4))
-    nb_text = nbformat.writes(nbformat.from_dict(nb)) + "\n"
+    stored_nb, metrics, outcomes = run_store.compact(nb, read_scraps(nb))
+    nb_text = nbformat.writes(nbformat.from_dict(stored_nb)) + "\n"
     receipt = rc.build(
         chapter=spec.chapter, profile=spec.profile, kind=spec.kind, seed=spec.seed,
         status="failed" if error else "ok", run_key=spec.run_key, error=error, overrides=spec.overrides,
@@ -249,30 +254,23 @@ def produce(spec: RunSpec, backend: str = "local", *, check_inputs: bool = False
         timing={"start": started.isoformat(timespec="seconds"),
                 "end": ended.isoformat(timespec="seconds"), "wall_s": round(wall, 2)},
         peak_memory={"host_rss_bytes": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024},
-        metrics=read_scraps(nb), backend=backend, imported_code=imported_code,
+        metrics=metrics, backend=backend, imported_code=imported_code, notebook_code=notebook_code_hash(nb),
+        outcomes_sha256=None if outcomes is None else sha256_bytes(outcomes),
     )
     message = f"cell {error['cell_index']}: {error['ename']}: {error['evalue'][:200]}" if error else None
-    return RunOutput(spec, nb_text, rc.dump(receipt), wall, message)
+    return RunOutput(spec, nb_text, rc.dump(receipt), wall, message, outcomes)
 
 
 def commit(output: RunOutput) -> RunResult:
-    """Write a produced run into its folder: both files into ``.tmp-<name>``, then one rename into place (so a
+    """Write a produced run into its folder: its files into ``.tmp-<name>``, then one rename into place (so a
     reader never sees half a run). Every backend commits through here, on the machine that holds the runs root."""
-    final = output.spec.folder
-    tmp = final.with_name(f".tmp-{final.name}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    try:
-        rc.write_atomic(tmp / rc.NOTEBOOK_NAME, output.notebook_text)
-        rc.write_atomic(tmp / rc.RECEIPT_NAME, output.receipt_text)
-        if final.exists():
-            shutil.rmtree(final)
-        tmp.rename(final)
-    except BaseException:  # a stop (SIGTERM) mid-write leaves no temporary folder
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+    files = {rc.STORED_NOTEBOOK_NAME: run_store.stored_notebook_bytes(output.notebook_text),
+             rc.RECEIPT_NAME: output.receipt_text.encode()}
+    if output.outcomes is not None:
+        files[run_store.OUTCOMES_NAME] = output.outcomes
+    run_store.replace_run_folder(output.spec.folder, files)
     receipt = json.loads(output.receipt_text)
-    rel = final.relative_to(project_root()).as_posix()
+    rel = output.spec.folder.relative_to(project_root()).as_posix()
     return RunResult(output.spec, receipt["status"], rel, output.wall_s, output.error, len(receipt["metrics"]))
 
 

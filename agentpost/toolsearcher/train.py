@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from agentpost.data.stabletoolbench import load_apis, load_queries
-from agentpost.evidence.outcomes import fingerprint
+from agentpost.record.outcomes import fingerprint
 from agentpost.rl import broadcast_sequence_values, group_advantage
 from agentpost.toolsearcher.credit import group_credit, parse_tool_list, selection_reward, set_f1
 from agentpost.toolsearcher.env import SearchEnv, category_centroids, clauses

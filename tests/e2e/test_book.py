@@ -4,8 +4,8 @@ import json
 import shutil
 from pathlib import Path
 
-from agentpost.evidence.environment import GLUE_NAME
-from agentpost.evidence.recording import SCRAP_MIME, format_value, value_html
+from agentpost.record.environment import GLUE_NAME
+from agentpost.record.recording import SCRAP_MIME, format_value, value_html
 from tests.e2e.conftest import load_run, reseal_run, agentpost
 
 

@@ -220,7 +220,7 @@ def test_forged_gpu_evidence_is_refused(seed_runs, tmp_path):
 def test_a_consistent_relabel_still_lacks_the_cuda_facts(seed_runs, tmp_path):
     """A forger who relabels the device in the receipt and in everything the notebook shows makes valid runs, but
     not GPU evidence: the CUDA facts a CPU run cannot produce are missing."""
-    from agentpost.evidence.recording import format_value, value_html
+    from agentpost.record.recording import format_value, value_html
     from tests.e2e.conftest import make_project
 
     project, runs = seed_runs

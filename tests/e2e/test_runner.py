@@ -21,7 +21,7 @@ def test_batch_runs_writes_receipts_and_validates(tiny_runs):
     assert set(receipt["hashes"]) == {"source_notebook", "parameters", "code_tree", "data", "output_notebook"}
     assert "wikitext-2/test.txt" in receipt["hashes"]["data"]
     used = receipt["imported_code"]  # the project files the run's kernel had imported, each hashed
-    assert "agentpost/evidence/outcomes.py" in used and all(p.startswith(("agentpost/", "kernels/")) for p in used)
+    assert "agentpost/record/outcomes.py" in used and all(p.startswith(("agentpost/", "kernels/")) for p in used)
     assert "agentpost/run/batch.py" not in used  # the runner's own modules are not the run's code
     assert "agentpost_imported_code" not in (runs[0] / "notebook.ipynb").read_text()  # the receipt's, not the page's
     assert receipt["peak_memory"]["host_rss_bytes"] > 10 * 2**20

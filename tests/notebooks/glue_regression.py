@@ -11,7 +11,7 @@ checks those values too, in every executed cell, against the committed notebook'
   ``OMP_NUM_THREADS=1``; the items of a list share their largest range). Four runs underestimate the full range over machines, hence the factor. A value
   without a measurement must match to ``RTOL`` relative or ``ATOL`` absolute.
 * strings (verdicts, selected arms): equal to the committed one, or to one of the values seen across kernel paths.
-* what a value is comes from the kind it was glued with (``agentpost.evidence.recording.KINDS``, read from the
+* what a value is comes from the kind it was glued with (``agentpost.record.recording.KINDS``, read from the
   executed output's metadata, never from its name): ``deterministic`` values must match to ``RTOL``/``ATOL`` whatever
   the measured spread; ``timing`` and ``machine`` values (wall-clock measurements, ``show_device``'s
   ``run_environment``), which no other machine reproduces, are not compared, and only they may be recorded by
@@ -36,93 +36,8 @@ from pathlib import Path
 
 import pytest
 
-from agentpost.evidence.recording import SCRAP_MIME, glue_kind
+from agentpost.evidence.spread import NOT_COMPARED, check_value, glued_with_kind
 from agentpost.evidence.validate import error_cells, notebook_problems
-
-ROOT = Path(__file__).resolve().parents[2]
-SPREAD_DIR = ROOT / "book" / "spread"
-SPREAD_FACTOR = 3.0
-RTOL = 1e-6
-ATOL = 1e-6  # below any effect a chapter reports; above the low-bit noise of deterministic float code
-#: Kinds that no other machine reproduces: never compared.
-NOT_COMPARED = ("timing", "machine")
-
-
-def flatten(value, prefix: str = "") -> dict[str, object]:
-    """``{dotted.name: leaf}`` for nested dicts/lists (the same naming as the spread benchmark)."""
-    if isinstance(value, dict):
-        out: dict[str, object] = {}
-        for k, v in value.items():
-            out.update(flatten(v, f"{prefix}.{k}" if prefix else str(k)))
-        return out
-    if isinstance(value, list):
-        out = {}
-        for i, v in enumerate(value):
-            out.update(flatten(v, f"{prefix}[{i}]"))
-        return out
-    return {prefix: value}
-
-
-def glued_with_kind(outputs) -> dict[str, tuple[object, str]]:
-    """``{flattened name: (value, kind)}`` of one cell's outputs (committed or executed); every leaf carries its
-    scrap's declared kind."""
-    found: dict[str, tuple[object, str]] = {}
-    for out in outputs or []:
-        scrap = (out.get("data") or {}).get(SCRAP_MIME)
-        if scrap is None:
-            continue
-        if isinstance(scrap, str):
-            scrap = json.loads(scrap)
-        kind = glue_kind(out)
-        found.update({name: (value, kind) for name, value in flatten(scrap["data"], scrap["name"]).items()})
-    return found
-
-
-@lru_cache(maxsize=None)
-def measured_spread(chapter: str) -> dict[str, dict]:
-    """``{name pattern: {"spread": largest range of its numbers, "values": strings seen}}`` (benchmarks/
-    kernel_path_spread.py: list indices are ``[*]``, so the items of a list share one tolerance)."""
-    path = SPREAD_DIR / f"{chapter}.json"
-    return json.loads(path.read_text())["values"] if path.is_file() else {}
-
-
-def pattern(name: str) -> str:
-    """The spread file's key of a flattened name: its list indices as ``[*]``."""
-    return re.sub(r"\[\d+\]", "[*]", name)
-
-
-def _number(x) -> float | None:
-    if isinstance(x, bool) or x is None:
-        return None
-    if isinstance(x, (int, float)):
-        return float(x)
-    if isinstance(x, str) and x in ("nan", "inf", "-inf"):
-        return float(x)
-    return None
-
-
-def check_value(chapter: str, name: str, committed, executed, kind: str = "result") -> str | None:
-    """The reason ``executed`` (glued as ``kind``) is not an acceptable reproduction of ``committed``, or None."""
-    if kind in NOT_COMPARED:
-        return None
-    measured = measured_spread(chapter).get(pattern(name), {}) if kind != "deterministic" else {}
-    c, e = _number(committed), _number(executed)
-    if c is not None and e is not None:
-        if math.isnan(c) and math.isnan(e):
-            return None
-        spread = measured.get("spread") or 0.0
-        tol = max(SPREAD_FACTOR * spread, RTOL * abs(c), ATOL)
-        if abs(e - c) <= tol or (math.isinf(c) and c == e):
-            return None
-        basis = f"{SPREAD_FACTOR:g} x kernel-path spread {spread:.3g}" if spread else "no measured spread"
-        return f"{name}: {e!r} vs committed {c!r} (|diff| {abs(e - c):.3g} > tolerance {tol:.3g}; {basis})"
-    if executed == committed:
-        return None
-    seen = measured.get("values") or []
-    if str(executed) in seen:
-        return None
-    return f"{name}: {executed!r} vs committed {committed!r}" + (f" (kernel paths gave {seen})" if seen else "")
-
 
 class GlueRegression(AssertionError):
     """A glued value moved further than its measured kernel-path spread allows."""

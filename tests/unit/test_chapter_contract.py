@@ -7,7 +7,7 @@ import pytest
 import yaml
 
 from agentpost.catalogue import chapters
-from agentpost.evidence.recording import SCRAP_MIME
+from agentpost.record.recording import SCRAP_MIME
 from agentpost.run.params import load_profile, notebook_defaults, notebook_parameters, parse_seeds, profile_parameters
 
 STARTED = [c for c in chapters() if c.started]
@@ -134,7 +134,7 @@ def test_recorded_outcomes_have_a_measured_kernel_path_spread(chapter):
     import json
 
     from agentpost.project import project_root
-    from tests.notebooks.glue_regression import glued_with_kind, pattern
+    from agentpost.evidence.spread import glued_with_kind, pattern
 
     path = project_root() / "book" / "spread" / f"{chapter.id}.json"
     remedy = f"measure it: python benchmarks/kernel_path_spread.py {chapter.id}"

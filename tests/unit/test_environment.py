@@ -2,7 +2,7 @@
 
 import pytest
 
-from agentpost.evidence.environment import _nvidia_driver
+from agentpost.record.environment import _nvidia_driver
 
 
 @pytest.mark.parametrize("line, version", [

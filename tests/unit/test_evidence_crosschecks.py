@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import nbformat
 
-from agentpost.evidence.environment import GLUE_NAME
+from agentpost.record.environment import GLUE_NAME
 from agentpost.evidence.validate import _check_cell_timing, _check_chapter, copied_seeds, gpu_evidence_problems
 
 
@@ -62,7 +62,7 @@ def test_staleness_is_judged_by_the_code_the_run_imported(tmp_path, monkeypatch)
     """A schema-4 receipt is old only when a file its kernel imported changed (or went); an edit elsewhere in the
     tree does not stale it. A path outside the code root never reads as unchanged."""
     from agentpost.evidence import receipt as rc
-    from agentpost.evidence.hashing import sha256_file
+    from agentpost.record.hashing import sha256_file
     from agentpost.evidence.validate import stale_inputs
 
     (tmp_path / "agentpost").mkdir()
@@ -72,17 +72,17 @@ def test_staleness_is_judged_by_the_code_the_run_imported(tmp_path, monkeypatch)
     (tmp_path.parent / "outside.py").write_text("z = 1\n")
     monkeypatch.setattr(rc, "code_root", lambda: tmp_path)
     imported = {"agentpost/used.py": sha256_file(used)}
-    receipt = {"chapter": "paired-protocol", "hashes": {"source_notebook": "?", "code_tree": "old", "data": {}},
+    receipt = {"chapter": "paired-protocol", "schema_version": 4, "hashes": {"source_notebook": "?", "code_tree": "old", "data": {}},
                "imported_code": imported}
     assert "imported_code" not in stale_inputs(receipt) and "hashes.code_tree" not in stale_inputs(receipt)
     other.write_text("y = 2\n")  # not imported by the run
-    assert rc.changed_code(imported) == []
+    assert rc.changed_code(imported, by_code=False) == []
     used.write_text("x = 2\n")
-    assert rc.changed_code(imported) == ["agentpost/used.py"] and "imported_code" in stale_inputs(receipt)
+    assert rc.changed_code(imported, by_code=False) == ["agentpost/used.py"] and "imported_code" in stale_inputs(receipt)
     used.unlink()
-    assert rc.changed_code(imported) == ["agentpost/used.py"]
+    assert rc.changed_code(imported, by_code=False) == ["agentpost/used.py"]
     escape = {"../outside.py": sha256_file(tmp_path.parent / "outside.py")}
-    assert rc.changed_code(escape) == ["../outside.py"]
+    assert rc.changed_code(escape, by_code=False) == ["../outside.py"]
     older = {k: v for k, v in receipt.items() if k != "imported_code"}  # schema 3: the whole tree decides
     assert "hashes.code_tree" in stale_inputs(older)
 

@@ -8,7 +8,7 @@ from pydantic import ValidationError
 from agentpost.catalogue import chapter
 from agentpost.errors import UsageError
 from agentpost.evidence import receipt as rc
-from agentpost.evidence.recording import SCRAP_MIME, _order_like, format_value, rendering_problem, value_html
+from agentpost.record.recording import SCRAP_MIME, _order_like, format_value, rendering_problem, value_html
 
 FIELDS = dict(chapter="kite", profile="smoke", kind="profile", seed=42, status="ok", run_key="k", error=None,
               overrides={}, parameters={"lr": 0.01, "seed": 42},
@@ -16,7 +16,8 @@ FIELDS = dict(chapter="kite", profile="smoke", kind="profile", seed=42, status="
                       "output_notebook": "o"},
               packages={"torch": "2.13.0", "torch_cuda": None}, device={"kind": "cpu", "name": "x"},
               timing={"start": "2026-01-01T00:00:00+00:00", "end": "2026-01-01T00:00:10+00:00", "wall_s": 10},
-              peak_memory={"host_rss_bytes": 1}, metrics={"m": 1.5}, imported_code={"agentpost/x.py": "h"})
+              peak_memory={"host_rss_bytes": 1}, metrics={"m": 1.5}, imported_code={"agentpost/x.py": "h"},
+              notebook_code="n", outcomes_sha256=None)
 
 
 def test_receipt_is_typed_sealed_and_has_a_schema():
@@ -49,8 +50,14 @@ def test_keys_follow_the_hashing_rules():
     elsewhere = {**other_seed, "hashes": {**d["hashes"], "code_tree": "c2"}}
     assert rc.configuration_key(elsewhere) == rc.configuration_key(d)
     assert rc.configuration_key({**elsewhere, "imported_code": {"agentpost/x.py": "h2"}}) != rc.configuration_key(d)
-    old = {k: v for k, v in d.items() if k != "imported_code"}
+    old = {k: v for k, v in d.items() if k not in ("imported_code", "notebook_code", "outcomes_sha256")} | \
+        {"schema_version": 3}
     assert rc.configuration_key({**elsewhere, "imported_code": {}}) != rc.configuration_key(old)
+    # Schema 5 keys the notebook by its code cells: another source hash (prose edited) keeps the configuration, a
+    # code edit (another notebook_code) does not.
+    prose = {**d, "hashes": {**d["hashes"], "source_notebook": "s2"}}
+    assert rc.configuration_key(prose) == rc.configuration_key(d)
+    assert rc.configuration_key({**d, "notebook_code": "n2"}) != rc.configuration_key(d)
     assert rc.run_key("kite", "smoke", "ad-hoc", 42, hashes) != rc.run_key("kite", "smoke", "profile", 42, hashes)
     # The parameter hash leaves out the seed, and only the seed.
     assert rc.parameter_hash({"lr": 0.01, "seed": 1}) == rc.parameter_hash({"lr": 0.01, "seed": 2})
@@ -177,7 +184,7 @@ def test_glued_text_must_render_its_data():
     assert rendering_problem(_bundle("x", stored, "{b: {c: x, d: 3}, a: 1}")) is not None
     import pandas as pd
 
-    from agentpost.evidence.recording import table_text
+    from agentpost.record.recording import table_text
 
     table = {SCRAP_MIME: {"name": "t", "data": [{"a": 1, "b": 0.5}, {"a": 2, "b": 0.25}]}, "text/html": "<table>"}
     columns = {"agentpost": {"columns": ["b", "a"]}}  # recorded by glue_table (tests/unit/test_glue.py)
@@ -218,10 +225,10 @@ def test_ledger_pages_are_swapped_in_whole(tmp_path):
 
 
 def test_show_device_records_the_receipts_device_facts(monkeypatch):
-    from agentpost.evidence import environment
+    from agentpost.record import environment
 
     shown = []
-    monkeypatch.setattr("agentpost.evidence.recording._display",
+    monkeypatch.setattr("agentpost.record.recording._display",
                         lambda bundle, name, data, **recorded: shown.append({**bundle, "recorded": recorded}))
     environment.show_device()
     assert shown[0]["recorded"] == {"kind": "machine"}  # never compared with another machine's (glue_regression.py)

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 import scrapbook
 
-from agentpost.evidence import recording as g
+from agentpost.record import recording as g
 from agentpost.evidence.mime import ScrapMimeRenderer
 
 

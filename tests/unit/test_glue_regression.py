@@ -3,8 +3,9 @@
 import json
 from types import SimpleNamespace
 
-from agentpost.evidence.recording import SCRAP_MIME, format_value, value_html
-from tests.notebooks import glue_regression as gr
+from agentpost.record.recording import SCRAP_MIME, format_value, value_html
+from agentpost.evidence import spread as gr
+from tests.notebooks import glue_regression
 
 
 def _scrap(name, data):
@@ -77,12 +78,12 @@ def test_cell_check_reads_kinds_from_the_executed_outputs():
     committed = [_scrap("notebook_wall_s", 10.0), _scrap("loss", 0.5)]  # glued before kinds were declared
     executed = [_kinded("notebook_wall_s", 99.0, "timing"), _kinded("loss", 0.5, "result"),
                 _kinded("run_environment", {"device": {"kind": "cpu"}}, "machine")]
-    assert gr.cell_problems("c", committed, executed) == []
+    assert glue_regression.cell_problems("c", committed, executed) == []
     executed.append(_kinded("new_metric", 1.0, "result"))
-    assert gr.cell_problems("c", committed, executed) == [
+    assert glue_regression.cell_problems("c", committed, executed) == [
         "new_metric: recorded by this run, not in the committed notebook (refresh it)"]
-    assert gr.cell_problems("c", committed, executed[:1]) == ["loss: recorded in the committed notebook, not by this run"]
-    assert gr.cell_problems("c", [_scrap("facts", {"a": [1, 2], "b": 3})], []) == [
+    assert glue_regression.cell_problems("c", committed, executed[:1]) == ["loss: recorded in the committed notebook, not by this run"]
+    assert glue_regression.cell_problems("c", [_scrap("facts", {"a": [1, 2], "b": 3})], []) == [
         "facts: recorded in the committed notebook, not by this run"]  # one line per glued value, not per leaf
 
 
@@ -99,9 +100,9 @@ def test_notebook_checks_run_on_the_executed_outputs():
                                                            options={"skip": skip})
     machine = _kinded("run_environment", {"device": {"kind": "cpu"}}, "machine")
     loss = _kinded("loss", 0.5, "result")
-    nb = gr.executed_notebook(committed, [cell(0, []), cell(1, [machine]), cell(2, [loss])])
+    nb = glue_regression.executed_notebook(committed, [cell(0, []), cell(1, [machine]), cell(2, [loss])])
     assert not committed.cells[2].outputs and nb.cells[2].outputs == [machine]
     assert notebook_problems(nb) == []
-    no_device = gr.executed_notebook(committed, [cell(0, []), cell(1, []), cell(2, [loss])])
+    no_device = glue_regression.executed_notebook(committed, [cell(0, []), cell(1, []), cell(2, [loss])])
     assert [p.field for p in notebook_problems(no_device)] == ["device"]
-    assert gr.executed_notebook(committed, [cell(0, []), cell(2, [loss])]) is None  # a cell did not run
+    assert glue_regression.executed_notebook(committed, [cell(0, []), cell(2, [loss])]) is None  # a cell did not run

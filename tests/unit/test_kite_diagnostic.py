@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from agentpost.evidence.outcomes import outcomes_payload
+from agentpost.record.outcomes import outcomes_payload
 from agentpost.kite.diagnostic import run_diagnostic
 from agentpost.kite.train import TrainSpec
 

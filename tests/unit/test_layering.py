@@ -63,10 +63,13 @@ def layering_violations(files, root: Path = ROOT) -> list[str]:
     return bad
 
 
-#: Order inside the shared core: (importer prefix, prefixes it must not import). ``data`` sits below ``models``;
-#: inside ``data``, ``sources`` is the leaf and ``hf`` does not reach back into ``registry`` (no import cycle);
-#: ``rl`` is pure tensors; ``evidence`` sits below ``run``.
+#: Order inside the shared core: (importer prefix, prefixes it must not import). ``record`` (what a notebook calls to
+#: record evidence) is the ground floor: nothing of the project but itself, so no edit of validation, the ledger or
+#: the runner can stale a run; ``data`` sits below ``models``; inside ``data``, ``sources`` is the leaf and ``hf``
+#: does not reach back into ``registry`` (no import cycle); ``rl`` is pure tensors; ``evidence`` sits below ``run``.
 CORE_ORDER = (
+    ("agentpost.record", tuple(f"agentpost.{p}" for p in ("book", "catalogue", "cli", "data", "evidence", "models",
+                                                          "project", "rl", "run", "stats"))),
     ("agentpost.data", ("agentpost.models", "agentpost.run", "agentpost.rl", "agentpost.stats")),
     ("agentpost.data.sources", ("agentpost.",)),
     ("agentpost.data.hf", ("agentpost.data.registry",)),

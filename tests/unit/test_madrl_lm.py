@@ -104,7 +104,7 @@ def test_hf_policy_needs_an_end_of_sequence_token():
 def test_committed_annotation_lm_matches_its_receipt_and_size_limit():
     import json
 
-    from agentpost.evidence.hashing import sha256_file
+    from agentpost.record.hashing import sha256_file
     from agentpost.madrl.annotation_lm import ARCH, ASSET_DIR, load_annotation_lm
 
     receipt = json.loads((ASSET_DIR / "receipt.json").read_text())

@@ -11,7 +11,7 @@ import yaml
 from agentpost.catalogue import Comparison, _load, chapters
 from agentpost.evidence.comparisons import compute_one
 from agentpost.evidence.levels import Run
-from agentpost.evidence.outcomes import (
+from agentpost.record.outcomes import (
     arm_facts,
     fingerprint,
     outcomes_html,
@@ -19,7 +19,7 @@ from agentpost.evidence.outcomes import (
     outcomes_text,
     record_outcomes,
 )
-from agentpost.evidence.recording import SCRAP_MIME, rendering_problem
+from agentpost.record.recording import SCRAP_MIME, rendering_problem
 
 FACTS = arm_facts(checkpoint="c0", data_version="d0", updates=10)
 
@@ -72,7 +72,7 @@ def test_fingerprint_is_content_addressed():
 
 def test_record_outcomes_renders_its_data(monkeypatch):
     shown = []
-    monkeypatch.setattr("agentpost.evidence.outcomes._display", lambda bundle, name, **_: shown.append(bundle))
+    monkeypatch.setattr("agentpost.record.outcomes._display", lambda bundle, name, **_: shown.append(bundle))
     record_outcomes("acc", {"b": [1, 0], "a": [0, 0]}, items=["x", "y"], facts={"a": FACTS, "b": FACTS})
     bundle = shown[0]
     assert bundle[SCRAP_MIME]["name"] == "outcomes_acc"
@@ -200,7 +200,7 @@ def test_comparisons_section_draws_a_forest_plot(tmp_path):
 
 def test_verdicts_notebook_glues_values_prose_can_cite(tmp_path):
     from agentpost.catalogue import chapter
-    from agentpost.evidence.recording import read_scraps
+    from agentpost.record.recording import read_scraps
     from agentpost.evidence.verdicts import write_verdicts
 
     rng = np.random.default_rng(2)
@@ -217,3 +217,21 @@ def test_verdicts_notebook_glues_values_prose_can_cite(tmp_path):
     nbformat = pytest.importorskip("nbformat")
     nbformat.validate(nbformat.reads(path.read_text(), as_version=4))
     assert not list(tmp_path.glob(".*png"))  # the plot is inside the notebook
+
+
+def test_init_fingerprint_names_the_layout_and_seed_not_the_sampled_floats():
+    import torch
+
+    from agentpost.record.outcomes import init_fingerprint
+
+    def built(seed, width=4):
+        torch.manual_seed(seed)
+        return torch.nn.Sequential(torch.nn.Embedding(10, width), torch.nn.Linear(width, 3))
+
+    assert init_fingerprint(built(1), 1) == init_fingerprint(built(1), 1)  # two arms built alike share it
+    assert init_fingerprint(built(1), 1) != init_fingerprint(built(2), 2)
+    assert init_fingerprint(built(1), 1) != init_fingerprint(built(1, width=5), 1)
+    model = built(1)
+    with torch.no_grad():
+        model[0].weight.add_(1e-7)  # last-bit noise of another kernel path does not move it
+    assert init_fingerprint(model, 1) == init_fingerprint(built(1), 1)

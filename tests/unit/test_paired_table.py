@@ -3,10 +3,10 @@
 import json
 from pathlib import Path
 
-from agentpost.evidence import glue_paired
+from agentpost.record import glue_paired
 from agentpost.evidence import levels
 from agentpost.evidence.paired_table import is_paired, paired_outcome, paired_rows
-from agentpost.evidence.recording import _jsonable
+from agentpost.record.recording import _jsonable
 from agentpost.stats.paired import ArmMeta, compare
 
 A = {1: [3.0, 2.0], 2: [4.0, 1.0], 3: [2.0, 2.0]}
@@ -52,7 +52,7 @@ def test_ledger_outcome_reads_the_verdict_from_the_dict(tmp_path):
 
 def test_glue_paired_records_the_dict_form(monkeypatch):
     shown = []
-    monkeypatch.setattr("agentpost.evidence.recording._display", lambda bundle, name, **_: shown.append(bundle))
+    monkeypatch.setattr("agentpost.record.recording._display", lambda bundle, name, **_: shown.append(bundle))
     r = compare(A, B, meta_a=ArmMeta("c", "d", 1), meta_b=ArmMeta("c", "d", 1), higher_is_better=False,
                 min_effect=0.05)
     glue_paired("paired_b_vs_a", r)

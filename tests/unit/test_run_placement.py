@@ -41,7 +41,9 @@ def test_receipts_name_their_backend_and_version_2_still_reads():
         rc.build(**FIELDS)  # a current receipt must say where it ran
     with pytest.raises(ValueError, match="backend"):
         rc.build(**FIELDS, backend="cloud")
-    v3 = {k: v for k, v in r.items() if k != "imported_code"} | {"schema_version": 3}
+    v4 = {k: v for k, v in r.items() if k not in ("notebook_code", "outcomes_sha256")} | {"schema_version": 4}
+    rc.MODELS[4].model_validate(v4)  # a version-4 receipt (imported files by their bytes) reads as before
+    v3 = {k: v for k, v in v4.items() if k != "imported_code"} | {"schema_version": 3}
     rc.MODELS[3].model_validate(v3)  # a version-3 receipt (no imported code) reads as before
     old = {k: v for k, v in v3.items() if k != "backend"} | {"schema_version": 2}
     rc.MODELS[2].model_validate(old)  # a version-2 receipt (no backend) reads as before

@@ -2,7 +2,7 @@
 
 A fingerprint (an arm's starting checkpoint, its data version, an item-text matrix) names *what* a run used, so every
 machine must agree on it; a hash of embeddings or of sampled or trained weights differs in its last bits between
-kernel paths and then fails nbval on the next machine (``agentpost.evidence.outcomes.fingerprint``). The kernel-path
+kernel paths and then fails nbval on the next machine (``agentpost.record.outcomes.fingerprint``). The kernel-path
 spread files record every string a glued name took on each measured path: a fingerprint with two values is the
 defect, caught here before another machine finds it.
 """

@@ -1,0 +1,93 @@
+"""``agentpost recertify CHAPTER --profile P``: re-execute a sample of a stale batch's seeds on the current code and,
+where every value reproduces, certify the batch current (:mod:`agentpost.evidence.certificates` has the rule)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import nbformat
+
+from agentpost.errors import UsageError
+from agentpost.evidence import certificates, run_store
+from agentpost.evidence import receipt as rc
+from agentpost.evidence.levels import collect_runs, configurations
+from agentpost.evidence.validate import check_run
+from agentpost.project import project_root
+from agentpost.run.batch import run_batch
+from agentpost.run.params import plan_runs
+
+
+@dataclass
+class Outcome:
+    """What re-certification found: the certificate written (None when something differed or nothing was stale)."""
+
+    certificate: Path | None
+    seeds: list[int] = field(default_factory=list)
+    differences: dict[int, list[str]] = field(default_factory=dict)
+    message: str = ""
+
+
+def run_notebook(run_dir: Path, receipt: dict):
+    """A run's executed notebook with its per-item outcomes read back (:func:`run_store.inflate`)."""
+    nb = nbformat.reads(run_store.read_notebook_text(run_store.notebook_path(run_dir)), as_version=4)
+    return run_store.inflate(nb, receipt["metrics"] if receipt.get("schema_version", 0) >= 5 else {},
+                             run_store.read_outcomes_file(run_dir))[0]
+
+
+def _stale_batch(chapter_id: str, profile: str) -> list:
+    groups = configurations(collect_runs(chapter_id).get((chapter_id, profile), []))
+    if not groups:
+        raise UsageError(f"{chapter_id}/{profile} has no valid run to re-certify (`agentpost list`)")
+    return groups[0]
+
+
+def recertify(chapter_id: str, profile: str, seeds: list[int] | None = None, *, jobs: int = 1,
+              backend="local") -> Outcome:
+    """Re-run ``seeds`` (default :func:`certificates.default_seeds`) of the counted configuration's stale runs and
+    certify it where each reproduces the old run at its seed; raises :class:`UsageError` before any work when the
+    batch cannot be re-certified (nothing stale, seeds not in it, its data or parameters changed)."""
+    batch = _stale_batch(chapter_id, profile)
+    stale = {r.receipt["seed"]: r for r in batch if r.current_stale}
+    if not stale:
+        return Outcome(None, message=f"{chapter_id}/{profile}: the counted batch is current; nothing to re-certify")
+    chosen = seeds or certificates.default_seeds([r.receipt for r in stale.values()])
+    if missing := sorted(set(chosen) - set(stale)):
+        raise UsageError(f"seeds {missing} are not stale seeds of {chapter_id}/{profile}'s counted batch "
+                         f"(stale: {sorted(stale)})")
+    old = {s: stale[s] for s in chosen}
+    if len({rc.configuration_key(r.receipt) for r in old.values()}) > 1:
+        raise UsageError(f"seeds {chosen} come from several configurations; re-certify them one at a time")
+    if data := sorted(s for s, r in old.items() if "hashes.data" in r.stale):
+        raise UsageError(f"seeds {data}: the data changed since they ran; re-certification covers code only: re-run "
+                         f"the batch (`agentpost run {chapter_id} --profile {profile}`)")
+    specs = plan_runs([chapter_id], profile, seeds=",".join(map(str, chosen)))
+    if moved := sorted(s.seed for s in specs if s.hashes["parameters"] != old[s.seed].receipt["hashes"]["parameters"]):
+        raise UsageError(f"seeds {moved}: params/{chapter_id}/{profile}.yaml changed since they ran; re-certification "
+                         "covers code only: re-run the batch")
+    results = run_batch(specs, jobs=jobs, backend=backend)
+    outcome, checks, new_receipt = Outcome(None, chosen), [], None
+    for result in results:
+        seed, new_dir = result.spec.seed, project_root() / result.run_dir if result.run_dir else None
+        report = check_run(new_dir) if new_dir else None
+        if report is None or report.problems or report.receipt.get("status") != "ok":
+            outcome.differences[seed] = [f"the re-run did not succeed and validate ({result.error or 'invalid'})"]
+            continue
+        old_run = old[seed]
+        found, compared, facts = certificates.differences(chapter_id, run_notebook(old_run.path, old_run.receipt),
+                                                          run_notebook(new_dir, report.receipt))
+        if found:
+            outcome.differences[seed] = found
+        checks.append(certificates.SeedCheck(seed=seed, old_run=old_run.path.name, new_run=new_dir.name,
+                                             values_compared=compared, fingerprints_compared=facts))
+        new_receipt = report.receipt
+    if outcome.differences:
+        outcome.message = (f"{chapter_id}/{profile}: NOT re-certified: {len(outcome.differences)} of {len(chosen)} "
+                           "re-run seed(s) differ; the batch stays stale (re-run it)")
+        return outcome
+    first = old[chosen[0]].receipt
+    outcome.certificate = certificates.write(chapter_id, profile, first, new_receipt, checks)
+    outcome.message = (f"{chapter_id}/{profile}: re-certified: seeds {chosen} reproduce "
+                       f"({sum(c.values_compared for c in checks)} values compared); "
+                       f"{outcome.certificate.relative_to(project_root()).as_posix()}")
+    return outcome
