@@ -40,7 +40,7 @@ def _cmd_list(args) -> int:
     from agentpost.evidence.levels import group_runs
     from agentpost.evidence.validate import check_run
 
-    runs, adhoc = group_runs([check_run(d) for d in rc.run_dirs()])
+    runs, adhoc = group_runs([check_run(d, outcomes=False) for d in rc.run_dirs()])
     print(f"{'chapter':18} {'status':12} {'profiles':16} counted evidence")
     for ch in chapters():
         status = "started" if ch.started else "not started"

@@ -28,6 +28,7 @@ QUICK = {
     "cli_startup.py": ["--repeats", "2"],
     "data_loaders.py": ["--repeats", "1"],
     "deltas_kernel.py": ["--seq-lens", "256", "--heads", "2", "--repeats", "3"],
+    "evidence_reading.py": ["--repeats", "1", "--only", "list", "compare deltas"],
     "gpu_step_costs.py": ["--only", "kite_sst_train_256", "tool_lm_decode"],
     "graft_graph_cost.py": ["--sizes", "4,8", "--repeats", "3"],
     "kite_latency.py": ["--prompts", "64", "256", "--d-model", "64", "--repeats", "3", "--decode-tokens", "4"],

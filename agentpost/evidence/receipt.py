@@ -203,6 +203,7 @@ def code_file_hash(path: Path) -> str:
     return _CODE_CACHE[key]
 
 
+@functools.lru_cache(maxsize=None)
 def current_notebook_code(chapter_id: str) -> str:
     """:func:`notebook_code_hash` of the chapter's source notebook as it is now."""
     return notebook_code_hash(source_notebook(chapter_id))

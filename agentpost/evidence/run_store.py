@@ -23,7 +23,7 @@ from typing import Any, Callable
 
 from agentpost.record.hashing import sha256_bytes
 from agentpost.record.outcomes import KIND, is_outcomes
-from agentpost.evidence.receipt import NOTEBOOK_NAME, STORED_NOTEBOOK_NAME, write_atomic_bytes
+from agentpost.evidence.receipt import NOTEBOOK_NAME, RECEIPT_NAME, STORED_NOTEBOOK_NAME, write_atomic_bytes
 from agentpost.record.recording import SCRAP_MIME
 
 OUTCOMES_NAME = "outcomes.parquet"
@@ -64,17 +64,20 @@ def outcomes_bytes(payloads: dict[str, dict]) -> bytes:
 
 def read_outcomes(data: bytes) -> dict[str, dict]:
     """``{scrap name: {"items": [...], "arms": {arm: [values]}}}`` from an outcomes file's bytes."""
+    import numpy as np
     import pyarrow.parquet as pq
 
-    table = pq.read_table(io.BytesIO(data)).to_pydict()
+    table = pq.read_table(io.BytesIO(data))
+    scrap, arm, item = (table.column(c).to_numpy(zero_copy_only=False) for c in _COLUMNS[:3])
+    value = table.column("value").to_numpy()
+    if len(value) == 0:
+        return {}
+    # the rows of one (scrap, arm) are contiguous, in recorded order (outcomes_bytes)
+    cuts = [0, *(np.flatnonzero((scrap[1:] != scrap[:-1]) | (arm[1:] != arm[:-1])) + 1).tolist(), len(scrap)]
     out: dict[str, dict] = {}
-    for scrap, arm, item, value in zip(*(table[c] for c in _COLUMNS)):
-        entry = out.setdefault(scrap, {"items": [], "arms": {}, "_first": arm})
-        if arm == entry["_first"]:
-            entry["items"].append(item)
-        entry["arms"].setdefault(arm, []).append(value)
-    for entry in out.values():
-        del entry["_first"]
+    for a, b in zip(cuts[:-1], cuts[1:]):
+        entry = out.setdefault(str(scrap[a]), {"items": item[a:b].tolist(), "arms": {}})
+        entry["arms"][str(arm[a])] = value[a:b].tolist()
     return out
 
 
@@ -187,3 +190,10 @@ def replace_run_folder(final: Path, files: dict[str, bytes], check: Callable[[Pa
             old.rename(final)
         raise
     shutil.rmtree(old, ignore_errors=True)
+
+
+def read_receipt(run_dir: Path) -> dict:
+    """A run's receipt with its per-item outcomes read back from ``outcomes.parquet`` (unchecked: ``agentpost
+    validate`` checks the seal and the file's hash), for a reader who wants one run's recorded values."""
+    receipt = json.loads((Path(run_dir) / RECEIPT_NAME).read_text(encoding="utf-8"))
+    return {**receipt, "metrics": inflate(None, receipt["metrics"], read_outcomes_file(run_dir))[1]}

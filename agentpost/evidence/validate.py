@@ -29,6 +29,8 @@ packages and a CUDA event timing recorded by the notebook.
 from __future__ import annotations
 
 import ast
+import functools
+import json
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -40,7 +42,8 @@ from agentpost.evidence import receipt as rc
 from agentpost.evidence import run_store
 from agentpost.record.environment import GLUE_NAME
 from agentpost.evidence.escape import brief
-from agentpost.record.hashing import PAPERMILL_TAGS, notebook_code_hash, notebook_source_hash, sha256_bytes, sha256_json
+from agentpost.record.hashing import (PAPERMILL_TAGS, notebook_code_hash, notebook_source_hash, sha256_bytes,
+                                      sha256_file, sha256_json)
 from agentpost.record.recording import SCRAP_MIME, read_scraps, rendering_problem
 from agentpost.project import config
 
@@ -69,6 +72,8 @@ class Report:
     stale: list[str] = field(default_factory=list)
     #: Why the receipt could not be read as a receipt of a catalogue chapter and profile (None when it could).
     malformed: str | None = None
+    #: Every check ran (the receipt and its files were readable); staleness is then judged.
+    complete: bool = False
 
     @property
     def valid(self) -> bool:
@@ -83,9 +88,103 @@ def catalogue_profile(chapter_id, profile) -> bool:
     return isinstance(chapter_id, str) and chapter_id in ids and isinstance(profile, str) and profile in ids[chapter_id].profiles
 
 
-def check_run(run_dir: Path) -> Report:
-    """Check one run folder: every derivable field recomputed (see the module docstring)."""
+#: The modules whose rules :func:`check_run` applies: their code is part of every cached result's key.
+_RULES = ("agentpost.evidence.validate", "agentpost.evidence.run_store", "agentpost.evidence.receipt",
+          "agentpost.evidence.escape", "agentpost.record.recording", "agentpost.record.outcomes",
+          "agentpost.record.environment", "agentpost.record.hashing", "agentpost.run.params", "agentpost.catalogue",
+          "agentpost.project")
+
+
+@functools.lru_cache(maxsize=None)
+def _rules_hash() -> str:
+    import importlib
+
+    return sha256_json({m: rc.code_file_hash(Path(importlib.import_module(m).__file__)) for m in _RULES})
+
+
+def _file_digest(path: Path) -> str | None:
+    return sha256_file(path) if path.is_file() and not path.is_symlink() else None
+
+
+def _cache_key(run_dir: Path) -> str | None:
+    """What every check of :func:`check_run` but staleness depends on: the run's files, where it lies, the chapter's
+    catalogue entry, profile and notebook, and the rules' code (None: the folder cannot be keyed)."""
+    try:
+        receipt = rc.load_raw(run_dir / rc.RECEIPT_NAME)
+        chapter, profile = receipt.get("chapter"), receipt.get("profile")
+    except (OSError, ValueError, RecursionError, AttributeError):
+        return None
+    inputs = None
+    if catalogue_profile(chapter, profile):
+        from agentpost.catalogue import chapter as get_chapter
+
+        ch = get_chapter(chapter)
+        catalogue = Path(__file__).resolve().parents[1] / "catalogue" / f"{chapter}.yaml"
+        inputs = [_file_digest(p) for p in (ch.notebook, ch.profile_path(profile), catalogue)]
+    files = [rc.RECEIPT_NAME, rc.NOTEBOOK_NAME, rc.STORED_NOTEBOOK_NAME, run_store.OUTCOMES_NAME]
+    return sha256_json({"rules": _rules_hash(), "folder": run_dir.as_posix(), "inputs": inputs,
+                        "where": str(rc.runs_root().resolve()),
+                        "files": {f: _file_digest(run_dir / f) for f in files}})
+
+
+def check_run(run_dir: Path, outcomes: bool = True) -> Report:
+    """Check one run folder: every derivable field recomputed (see the module docstring). ``outcomes=False`` leaves
+    the per-item outcomes in the receipt's metrics as references (a reader that needs none of them).
+
+    The problems found are kept in the project's cache under a key of everything they depend on (:func:`_cache_key`:
+    the run's files, the chapter's notebook, profile and catalogue entry, the rules' code), so reading unchanged runs
+    again does not re-parse their notebooks; staleness is judged anew on every call."""
     run_dir = Path(run_dir)
+    key = _cache_key(run_dir)
+    cached = _cached(key)
+    if cached is None:
+        report = _check_run(run_dir)
+        _store(key, report)
+        if outcomes or not report.receipt:
+            return report
+        report.receipt = {**report.receipt, "metrics": rc.load_raw(run_dir / rc.RECEIPT_NAME)["metrics"]}
+        return report
+    report = Report(run_dir, problems=[Problem(**p) for p in cached["problems"]], malformed=cached["malformed"],
+                    complete=cached["complete"])
+    raw = rc.load_raw(run_dir / rc.RECEIPT_NAME)
+    if report.complete:
+        metrics = run_store.inflate(None, raw["metrics"], run_store.read_outcomes_file(run_dir))[1] if outcomes \
+            else raw["metrics"]
+        report.receipt = {**raw, "metrics": metrics}
+        report.stale = stale_inputs(report.receipt)
+    else:
+        report.receipt = raw if isinstance(raw, dict) else {}
+    return report
+
+
+def _cache_path(key: str) -> Path:
+    from agentpost.project import cache_root
+
+    return cache_root() / "validated" / f"{key}.json"
+
+
+def _cached(key: str | None) -> dict | None:
+    if key is None:
+        return None
+    try:
+        return json.loads(_cache_path(key).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def _store(key: str | None, report: Report) -> None:
+    if key is None:
+        return
+    path = _cache_path(key)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        rc.write_atomic(path, json.dumps({"problems": [vars(p) for p in report.problems],
+                                          "malformed": report.malformed, "complete": report.complete}))
+    except OSError:  # a read-only cache only costs time
+        pass
+
+
+def _check_run(run_dir: Path) -> Report:
     report = Report(run_dir)
     name = run_dir.as_posix()
 
@@ -161,6 +260,7 @@ def check_run(run_dir: Path) -> Report:
     _check_notebook(raw, nb, bad)
     _check_environment(raw, nb, bad)
     report.stale = stale_inputs(raw)
+    report.complete = True
     return report
 
 
@@ -195,14 +295,23 @@ def _check_chapter(r: dict, nb, bad) -> None:
                 bad("chapter", f"the notebook's cells are chapter {other.id}'s notebook, not {r['chapter']}'s")
 
 
-def _check_parameters(r: dict, nb, bad) -> None:
+@functools.lru_cache(maxsize=None)
+def _profile_parameters(chapter_id: str, profile: str, overrides: str) -> str:
+    """The parameters a run of ``profile`` with ``overrides`` (JSON) gets, as JSON: read once per process."""
     from agentpost.catalogue import chapter as get_chapter
-    from agentpost.errors import UsageError
     from agentpost.run.params import notebook_defaults, profile_parameters
 
+    ch = get_chapter(chapter_id)
+    return json.dumps(profile_parameters(ch, profile, json.loads(overrides),
+                                         notebook_defaults(rc.source_notebook(chapter_id))))
+
+
+def _check_parameters(r: dict, nb, bad) -> None:
+    from agentpost.errors import UsageError
+
     try:
-        ch = get_chapter(r["chapter"])
-        expected = profile_parameters(ch, r["profile"], r["overrides"], notebook_defaults(rc.source_notebook(r["chapter"])))
+        expected = json.loads(_profile_parameters(r["chapter"], r["profile"], json.dumps(r["overrides"],
+                                                                                          sort_keys=True)))
     except (KeyError, UsageError, OSError) as err:
         bad("parameters", f"cannot be derived from profile {r['profile']!r}: {err.args[0] if err.args else err}")
         return

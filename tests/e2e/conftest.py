@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from agentpost.evidence import run_store
 from agentpost.evidence.receipt import seal
 from agentpost.project import project_root
 
@@ -67,13 +68,17 @@ def agentpost(root: Path, *args: str, data: Path | None = DATA) -> subprocess.Co
 
 
 def load_run(run: Path) -> tuple[dict, dict]:
-    return json.loads((run / "receipt.json").read_text()), json.loads((run / "notebook.ipynb").read_text())
+    """A run's receipt and its notebook as stored (schema 5: gzipped; outcomes as references to outcomes.parquet)."""
+    text = run_store.read_notebook_text(run_store.notebook_path(run))
+    return json.loads((run / "receipt.json").read_text()), json.loads(text)
 
 
 def reseal_run(run: Path, receipt: dict, nb: dict | None = None) -> None:
-    """Write an edited run back as a forger would: notebook as nbformat writes it, its hash, then the seal."""
+    """Write an edited run back as a forger would: notebook as nbformat writes it (in the form the run stores it),
+    its hash, then the seal."""
     if nb is not None:
         text = json.dumps(nb, indent=1, sort_keys=True, ensure_ascii=False) + "\n"
-        (run / "notebook.ipynb").write_text(text)
+        path = run_store.notebook_path(run)
+        path.write_bytes(run_store.stored_notebook_bytes(text) if path.name.endswith(".gz") else text.encode())
         receipt["hashes"]["output_notebook"] = hashlib.sha256(text.encode()).hexdigest()
     (run / "receipt.json").write_text(json.dumps(seal(receipt), indent=2, sort_keys=True))

@@ -1,10 +1,12 @@
 """End to end: runs, cache, failures, ad-hoc runs, receipts, validation (paired-protocol, tiny). The bad inputs
 are a table of their own: tests/e2e/test_bad_input.py."""
 
+import hashlib
 import json
 import shutil
 
-from tests.e2e.conftest import TINY, agentpost, run_folders
+from agentpost.evidence import run_store
+from tests.e2e.conftest import TINY, agentpost, load_run, run_folders
 
 
 def test_batch_runs_writes_receipts_and_validates(tiny_runs):
@@ -16,14 +18,17 @@ def test_batch_runs_writes_receipts_and_validates(tiny_runs):
     receipt = json.loads((runs[0] / "receipt.json").read_text())
     assert receipt["status"] == "ok" and receipt["seed"] == 42 and receipt["kind"] == "profile"
     assert receipt["parameters"]["train_fraction"] == 0.05 and receipt["overrides"] == {}
-    outcomes = receipt["metrics"]["outcomes_test_nll"]  # one run = one subsample: per-article NLL of both arms
-    assert set(outcomes["arms"]) == {"add_k_bigram", "interpolated_trigram"} and len(outcomes["items"]) == 60
+    outcomes = receipt["metrics"]["outcomes_test_nll"]  # one run = one subsample: per-article NLL of both arms,
+    assert outcomes["kind"] == "outcomes-in-file" and outcomes["n_items"] == 60  # stored once, in outcomes.parquet
+    stored = run_store.read_outcomes((runs[0] / "outcomes.parquet").read_bytes())["outcomes_test_nll"]
+    assert set(stored["arms"]) == {"add_k_bigram", "interpolated_trigram"} and len(stored["items"]) == 60
+    assert receipt["outcomes_sha256"] == hashlib.sha256((runs[0] / "outcomes.parquet").read_bytes()).hexdigest()
     assert set(receipt["hashes"]) == {"source_notebook", "parameters", "code_tree", "data", "output_notebook"}
     assert "wikitext-2/test.txt" in receipt["hashes"]["data"]
     used = receipt["imported_code"]  # the project files the run's kernel had imported, each hashed
     assert "agentpost/record/outcomes.py" in used and all(p.startswith(("agentpost/", "kernels/")) for p in used)
     assert "agentpost/run/batch.py" not in used  # the runner's own modules are not the run's code
-    assert "agentpost_imported_code" not in (runs[0] / "notebook.ipynb").read_text()  # the receipt's, not the page's
+    assert "agentpost_imported_code" not in json.dumps(load_run(runs[0])[1])  # the receipt's, not the page's
     assert receipt["peak_memory"]["host_rss_bytes"] > 10 * 2**20
     assert receipt["metrics"]["run_environment"]["device"] == receipt["device"]  # what the notebook itself printed
     assert "runs:" in result.stderr and "seed" in result.stdout  # progress bar and summary table
@@ -47,10 +52,9 @@ def test_receipts_are_desensitized(tiny_runs):
 
     project, _ = tiny_runs
     for run in run_folders(project):
-        for name in ("receipt.json", "notebook.ipynb"):
-            text = (run / name).read_text()
+        for text in ((run / "receipt.json").read_text(), json.dumps(load_run(run)[1])):
             for secret in (str(project), os.path.expanduser("~"), os.environ["PATH"]):
-                assert secret not in text, (name, secret)
+                assert secret not in text, secret
             host = socket.gethostname()
             if len(host) >= 4:  # a 2-3 letter host name also occurs inside base64 figures; it cannot be scanned for
                 assert host not in text
@@ -73,13 +77,13 @@ def test_editing_a_metric_fails_validation_and_names_it(tiny_runs, tmp_path):
 
     shutil.rmtree(copy)
     shutil.copytree(run, copy)
-    nb = json.loads((copy / "notebook.ipynb").read_text())
+    _, nb = load_run(copy)
     for cell in nb["cells"]:
         for out in cell.get("outputs", []):
             scrap = out.get("data", {}).get("application/scrapbook.scrap.json+json")
             if scrap and scrap["name"] == "this_run_articles_trigram_better":
                 scrap["data"] += 1
-    (copy / "notebook.ipynb").write_text(json.dumps(nb))
+    (copy / "notebook.ipynb.gz").write_bytes(run_store.stored_notebook_bytes(json.dumps(nb)))
     result = agentpost(project, "validate", str(copy))
     assert result.returncode == 1
     assert "hashes.output_notebook" in result.stdout and "metrics.this_run_articles_trigram_better" in result.stdout
@@ -141,8 +145,7 @@ def test_each_seed_is_a_distinct_replication(tiny_runs):
     """One run = one seed = one training subsample: every arm's per-item outcomes differ between any two seeds,
     and `agentpost compare` computes the declared comparison over the three runs."""
     project, _ = tiny_runs
-    receipts = [json.loads((r / "receipt.json").read_text())
-                for r in run_folders(project / "book" / "runs" / "paired-protocol" / "tiny")]
+    receipts = [run_store.read_receipt(r) for r in run_folders(project / "book" / "runs" / "paired-protocol" / "tiny")]
     outcomes = [r["metrics"]["outcomes_test_nll"] for r in receipts if r["kind"] == "profile" and r["seed"] in (42, 43, 44)]
     assert len(outcomes) == 3
     for arm in ("add_k_bigram", "interpolated_trigram"):

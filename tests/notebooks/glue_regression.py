@@ -3,7 +3,8 @@
 nbval (``--nbval-lax``) compares the text of cells marked ``# NBVAL_CHECK_OUTPUT``; those cells show only values that
 are the same on every CPU. Results of training and sampling are not: between torch kernel paths (AVX-512, AVX2,
 the scalar ``default`` path) and thread counts the low bits differ, and training amplifies them. This plugin
-checks those values too, in every executed cell, against the committed notebook's glued data:
+checks those values too, in every executed cell, against the committed notebook's glued data, by the rule that
+``agentpost recertify`` also applies (:func:`agentpost.evidence.spread.check_value`):
 
 * numbers: ``|executed - committed| <= max(SPREAD_FACTOR * spread, RTOL * |committed|, ATOL)``, where ``spread`` is
   the value's range over the kernel paths measured by ``benchmarks/kernel_path_spread.py`` (``book/spread/<chapter>.json``:
@@ -28,10 +29,7 @@ Enable with ``-p tests.notebooks.glue_regression`` (the Makefile's nbval step do
 from __future__ import annotations
 
 import copy
-import json
-import math
 import re
-from functools import lru_cache
 from pathlib import Path
 
 import pytest
