@@ -3,7 +3,8 @@
 repeats), with the ratio against the same command in an older checkout measured in the same run (``--baseline``,
 e.g. a ``git worktree`` of the commit before the compact run store: its own code reading its own runs).
 
-    .venv/bin/python benchmarks/evidence_reading.py [--repeats 3] [--baseline /tmp/agentpost-before]
+    .venv/bin/python benchmarks/evidence_reading.py [--repeats 3] [--baseline /tmp/agentpost-before
+                                                    [--baseline-repeats 1]] [--only list "compare muser" ledger]
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--baseline", type=Path, default=None, help="an older checkout, timed beside this one")
+    parser.add_argument("--baseline-repeats", type=int, default=None, help="repeats there (default: --repeats)")
     parser.add_argument("--only", nargs="*", default=None, help="case names to time (default: all)")
     args = parser.parse_args()
     todo = {k: v for k, v in cases(ROOT).items() if not args.only or k in args.only}
@@ -53,7 +55,8 @@ def main() -> None:
         line = f"{name:28} {now:9.2f}"
         if args.baseline:
             before = record("evidence_reading", f"{name} (baseline)",
-                            [wall(args.baseline, argv) for _ in range(args.repeats)], "s")["median"]
+                            [wall(args.baseline, argv) for _ in range(args.baseline_repeats or args.repeats)],
+                            "s")["median"]
             line += f" {before:11.2f} {now / before:7.3f}"
         print(line, flush=True)
 

@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 from typing import Iterable
 
 from agentpost.catalogue import Chapter, Comparison, chapter as chapter_of
-from agentpost.record.outcomes import PREFIX, REQUIRED_FACTS, fingerprint, is_outcomes
+from agentpost.record.hashing import sha256_json
+from agentpost.record.outcomes import PREFIX, REQUIRED_FACTS, is_outcomes
 
 #: Verdict classes that settle a question (a difference that matters, or practical equivalence).
 CONCLUSIVE_CLASSES = ("matters", "equivalent")
@@ -50,7 +51,7 @@ class Computed:
 
 
 def _seed_outcomes(runs, metric: str) -> dict[int, tuple[dict, str]]:
-    """``{seed: (outcomes data of metric, fingerprint of every outcome the run recorded)}`` from the runs' receipts
+    """``{seed: (outcomes data of metric, digest of every outcome the run recorded)}`` from the runs' receipts
     (runs without ``metric`` are left out). Two seeds are copies only when *all* their recorded outcomes agree:
     independent runs that converge to the same policy may coincide on one metric, and dropping them would bias."""
     found = {}
@@ -58,9 +59,20 @@ def _seed_outcomes(runs, metric: str) -> dict[int, tuple[dict, str]]:
         metrics = run.receipt.get("metrics", {})
         data = metrics.get(PREFIX + metric)
         if is_outcomes(data):
-            every = {name: value for name, value in metrics.items() if name.startswith(PREFIX) and is_outcomes(value)}
-            found[int(run.receipt["seed"])] = (data, fingerprint(every))
+            found[int(run.receipt["seed"])] = (data, _outcomes_digest(metrics))
     return dict(sorted(found.items()))
+
+
+_DIGESTS: dict[int, tuple[dict, str]] = {}
+
+
+def _outcomes_digest(metrics: dict) -> str:
+    """Canonical-JSON sha256 of every outcome a run recorded (once per receipt: each comparison asks again)."""
+    key = id(metrics)
+    if key not in _DIGESTS or _DIGESTS[key][0] is not metrics:
+        every = {name: value for name, value in metrics.items() if name.startswith(PREFIX) and is_outcomes(value)}
+        _DIGESTS[key] = (metrics, sha256_json(every))
+    return _DIGESTS[key][1]
 
 
 def _arm_meta(facts: dict, like: dict | None, may_differ: tuple[str, ...]):

@@ -28,11 +28,25 @@ class Outcome:
     message: str = ""
 
 
-def run_notebook(run_dir: Path, receipt: dict):
-    """A run's executed notebook with its per-item outcomes read back (:func:`run_store.inflate`)."""
+def run_notebook(run_dir: Path):
+    """A run's executed notebook with its per-item outcomes read back (:func:`run_store.inflate`, from the stored
+    receipt's references; a schema 4 notebook holds them inline)."""
     nb = nbformat.reads(run_store.read_notebook_text(run_store.notebook_path(run_dir)), as_version=4)
-    return run_store.inflate(nb, receipt["metrics"] if receipt.get("schema_version", 0) >= 5 else {},
-                             run_store.read_outcomes_file(run_dir))[0]
+    stored = rc.load_raw(Path(run_dir) / rc.RECEIPT_NAME)["metrics"]
+    return run_store.inflate(nb, stored, run_store.read_outcomes_file(run_dir))[0]
+
+
+def _current_runs(chapter_id: str, profile: str, specs) -> dict[int, Path]:
+    """``{seed: folder}`` of valid profile runs made with the current code and parameters at the planned seeds (an
+    earlier re-certification's re-runs): compared as they are instead of run again."""
+    wanted = {s.seed: s for s in specs}
+    found = {}
+    for run in collect_runs(chapter_id).get((chapter_id, profile), []):
+        spec = wanted.get(run.receipt.get("seed"))
+        if spec is not None and run.valid_ok and not run.stale and not run.adhoc \
+                and run.receipt["hashes"]["parameters"] == spec.hashes["parameters"]:
+            found[spec.seed] = run.path
+    return found
 
 
 def _stale_batch(chapter_id: str, profile: str) -> list:
@@ -65,17 +79,20 @@ def recertify(chapter_id: str, profile: str, seeds: list[int] | None = None, *, 
     if moved := sorted(s.seed for s in specs if s.hashes["parameters"] != old[s.seed].receipt["hashes"]["parameters"]):
         raise UsageError(f"seeds {moved}: params/{chapter_id}/{profile}.yaml changed since they ran; re-certification "
                          "covers code only: re-run the batch")
-    results = run_batch(specs, jobs=jobs, backend=backend)
+    made = _current_runs(chapter_id, profile, specs)
+    results = run_batch([s for s in specs if s.seed not in made], jobs=jobs, backend=backend)
+    new_dirs = {**made, **{r.spec.seed: project_root() / r.run_dir if r.run_dir else None for r in results}}
+    errors = {r.spec.seed: r.error for r in results}
     outcome, checks, new_receipt = Outcome(None, chosen), [], None
-    for result in results:
-        seed, new_dir = result.spec.seed, project_root() / result.run_dir if result.run_dir else None
+    for seed in chosen:
+        new_dir = new_dirs[seed]
         report = check_run(new_dir) if new_dir else None
         if report is None or report.problems or report.receipt.get("status") != "ok":
-            outcome.differences[seed] = [f"the re-run did not succeed and validate ({result.error or 'invalid'})"]
+            outcome.differences[seed] = [f"the re-run did not succeed and validate ({errors.get(seed) or 'invalid'})"]
             continue
         old_run = old[seed]
-        found, compared, facts = certificates.differences(chapter_id, run_notebook(old_run.path, old_run.receipt),
-                                                          run_notebook(new_dir, report.receipt))
+        found, compared, facts = certificates.differences(chapter_id, run_notebook(old_run.path),
+                                                          run_notebook(new_dir))
         if found:
             outcome.differences[seed] = found
         checks.append(certificates.SeedCheck(seed=seed, old_run=old_run.path.name, new_run=new_dir.name,
