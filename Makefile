@@ -27,8 +27,11 @@ test: $(STAMP)
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -p no:cacheprovider -m "not slow" tests/unit tests/kernels
 
-# ruff (rules in pyproject.toml) and the import layering (the shared core imports no paper; papers not each other).
+# ruff's formatter and linter (rules in pyproject.toml) and the import layering (the shared core imports no paper;
+# papers not each other; agentpost.record imports nothing of the rest). Formatting stales no run: runs are judged
+# by their code's syntax tree (book/receipts.md).
 lint: $(STAMP)
+	$(BIN)/ruff format --check .
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -q -p no:cacheprovider tests/unit/test_layering.py
 

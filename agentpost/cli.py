@@ -29,8 +29,13 @@ def _describe(runs) -> str:
         return f"no valid run ({len(runs)} invalid)"
     ok = sorted(r.receipt["seed"] for r in group if r.valid_ok)
     end = max(r.receipt["timing"]["end"] for r in group)
-    stale = (" stale: made with older code" if any(r.current_stale for r in group) else
-             " re-certified on the current code" if any(r.certified_by for r in group) else "")
+    stale = (
+        " stale: made with older code"
+        if any(r.current_stale for r in group)
+        else " re-certified on the current code"
+        if any(r.certified_by for r in group)
+        else ""
+    )
     return f"{len(ok)} ok seed(s) {ok} ({end[:16]}){stale}"
 
 
@@ -95,8 +100,12 @@ def _invalid_runs(results) -> list[str]:
     from agentpost.evidence.validate import check_run
     from agentpost.project import project_root
 
-    return [str(p) for r in results if r.status != "cached" and r.run_dir
-            for p in check_run(project_root() / r.run_dir).problems]
+    return [
+        str(p)
+        for r in results
+        if r.status != "cached" and r.run_dir
+        for p in check_run(project_root() / r.run_dir).problems
+    ]
 
 
 def _say_invalid(invalid: list[str]) -> None:
@@ -104,8 +113,11 @@ def _say_invalid(invalid: list[str]) -> None:
     if not invalid:
         return
     runs = sorted({line.split(": ", 1)[0] for line in invalid})
-    print(f"\n{'=' * 100}\nINVALID: {len(runs)} run(s) just made do not validate ({len(invalid)} problem(s)); "
-          "they are not evidence until fixed and re-run:", file=sys.stderr)
+    print(
+        f"\n{'=' * 100}\nINVALID: {len(runs)} run(s) just made do not validate ({len(invalid)} problem(s)); "
+        "they are not evidence until fixed and re-run:",
+        file=sys.stderr,
+    )
     for line in invalid:
         print(f"INVALID {line}", file=sys.stderr)
     print("=" * 100, file=sys.stderr)
@@ -124,8 +136,10 @@ def _cmd_validate(args) -> int:
     if args.paths:
         empty = [str(p) for p in paths if not rc.run_dirs(p)]
         if empty:
-            raise UsageError(f"no run folder (a folder with {rc.RECEIPT_NAME} and its notebook) in: {', '.join(empty)}"
-                             "; name a run folder or a folder of runs")
+            raise UsageError(
+                f"no run folder (a folder with {rc.RECEIPT_NAME} and its notebook) in: {', '.join(empty)}"
+                "; name a run folder or a folder of runs"
+            )
     reports = [check_run(d) for d in sorted({d for p in paths for d in rc.run_dirs(p)})]  # each run checked once
     problems = [p for r in reports for p in r.problems]
     for p in problems:
@@ -142,16 +156,23 @@ def _cmd_validate(args) -> int:
             if r.problems:
                 continue
             if r.certified_by:
-                print(f"RE-CERTIFIED {r.path.as_posix()}: made with older code, reproduced on the current code "
-                      f"({', '.join(r.certified_by)})")
+                print(
+                    f"RE-CERTIFIED {r.path.as_posix()}: made with older code, reproduced on the current code "
+                    f"({', '.join(r.certified_by)})"
+                )
             elif r.stale:
-                print(f"STALE {r.path.as_posix()}: made with older code ({', '.join(r.stale)} differ from the "
-                      "repository's)")
+                print(
+                    f"STALE {r.path.as_posix()}: made with older code ({', '.join(r.stale)} differ from the "
+                    "repository's)"
+                )
     for (chapter, profile), group in sorted(runs.items()):
         if profile == "smoke" or (chapter, profile) == UNKNOWN:  # receipts naming no catalogue profile
             continue
         reasons = gpu_evidence_problems([r.receipt for r in counted_configuration(group)])
-        print(f"{chapter}/{profile}: " + ("counts as GPU evidence" if not reasons else "not GPU evidence: " + "; ".join(reasons)))
+        print(
+            f"{chapter}/{profile}: "
+            + ("counts as GPU evidence" if not reasons else "not GPU evidence: " + "; ".join(reasons))
+        )
     print(f"{len(reports)} run(s) checked, {len(problems)} problem(s)")
     return 1 if problems else 0
 
@@ -165,8 +186,10 @@ def _cmd_ledger(args) -> int:
     counts = {}
     for row in rows:
         counts[row.reached] = counts.get(row.reached, 0) + 1
-    print("ledger written to book/generated/ledger.md; claims by level reached: "
-          + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())))
+    print(
+        "ledger written to book/generated/ledger.md; claims by level reached: "
+        + ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
+    )
     return _malformed(runs)
 
 
@@ -184,7 +207,9 @@ def _profile_of(chapter_id: str, profile: str):
     if profile not in ch.profiles:
         raise UsageError(f"chapter {chapter_id} has no profile {profile!r} (profiles: {', '.join(ch.profiles)})")
     if not ch.comparisons:
-        raise UsageError(f"chapter {chapter_id} declares no comparison (catalogue: agentpost/catalogue/{chapter_id}.yaml)")
+        raise UsageError(
+            f"chapter {chapter_id} declares no comparison (catalogue: agentpost/catalogue/{chapter_id}.yaml)"
+        )
     return ch
 
 
@@ -195,21 +220,27 @@ def _cmd_compare(args) -> int:
     computed = compute(args.chapter, args.profile)
     seeds = sorted({s for c in computed for s in c.seeds})
     print(f"{args.chapter} / {args.profile}: declared comparisons across seed runs {seeds or 'none'}")
-    print(f"{'comparison':34} {'claim':5} {'b - a':30} {'estimate':>10} {'95% CI':>22} {'MDE':>8} {'margin':>7} "
-          f"{'seeds x items':>13}  verdict")
+    print(
+        f"{'comparison':34} {'claim':5} {'b - a':30} {'estimate':>10} {'95% CI':>22} {'MDE':>8} {'margin':>7} "
+        f"{'seeds x items':>13}  verdict"
+    )
     for c in computed:
         r = c.result or {}
         ci = f"[{_num(r.get('ci_low'))}, {_num(r.get('ci_high'))}]" if r else "-"
         shape = f"{r['n_seeds']} x {r['n_items']}" if r else "-"
-        print(f"{c.comparison.id[:34]:34} {c.comparison.claim:5} {(c.comparison.b + ' - ' + c.comparison.a)[:30]:30} "
-              f"{_num(r.get('estimate')):>10} {ci:>22} {_num(r.get('mde'), '.3g'):>8} "
-              f"{c.comparison.min_effect:>7.3g} {shape:>13}  {c.verdict}")
+        print(
+            f"{c.comparison.id[:34]:34} {c.comparison.claim:5} {(c.comparison.b + ' - ' + c.comparison.a)[:30]:30} "
+            f"{_num(r.get('estimate')):>10} {ci:>22} {_num(r.get('mde'), '.3g'):>8} "
+            f"{c.comparison.min_effect:>7.3g} {shape:>13}  {c.verdict}"
+        )
     for c in computed:
         if c.problem:
             print(f"  {c.comparison.id}: not computed: {c.problem}")
         if c.copies:
-            print(f"  {c.comparison.id}: seeds {sorted(c.copies)} recorded the same outcomes as seeds "
-                  f"{[c.copies[s] for s in sorted(c.copies)]}; a copy is not a replication and was left out")
+            print(
+                f"  {c.comparison.id}: seeds {sorted(c.copies)} recorded the same outcomes as seeds "
+                f"{[c.copies[s] for s in sorted(c.copies)]}; a copy is not a replication and was left out"
+            )
     return 0
 
 
@@ -231,8 +262,23 @@ def _claim_tests(root: Path) -> Path:
 
     report = root / CLAIMS_REPORT
     tests = [str(root / "tests" / d) for d in ("unit", "kernels") if (root / "tests" / d).is_dir()]
-    subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "claim",
-                    f"--claims-report={report}", *tests], cwd=root, check=False, stdout=subprocess.DEVNULL)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-m",
+            "claim",
+            f"--claims-report={report}",
+            *tests,
+        ],
+        cwd=root,
+        check=False,
+        stdout=subprocess.DEVNULL,
+    )
     return report
 
 
@@ -246,9 +292,17 @@ def _cmd_book(args) -> int:
     started = [c.id for c in chapters() if c.started and "smoke" in c.profiles]
     status, invalid = 0, []
     if started and not args.skip_runs:
-        status, invalid = _run(argparse.Namespace(chapters=started, profile="smoke", seeds=None, param=[],
-                                                  jobs=args.jobs, force=False,
-                                                  **{k: getattr(args, k) for k in BACKEND_OPTIONS}))
+        status, invalid = _run(
+            argparse.Namespace(
+                chapters=started,
+                profile="smoke",
+                seeds=None,
+                param=[],
+                jobs=args.jobs,
+                force=False,
+                **{k: getattr(args, k) for k in BACKEND_OPTIONS},
+            )
+        )
     report = args.claims_report or _claim_tests(project_root())
     _cmd_ledger(argparse.Namespace(claims_report=report))
     root = project_root()
@@ -282,8 +336,10 @@ def _cmd_migrate(args) -> int:
         except NotMigrated as why:
             failed += 1
             print(f"NOT MIGRATED {folder.as_posix()}: {why}")
-    print(f"{len(folders)} run(s): {done} migrated to schema {rc.SCHEMA_VERSION}, {failed} left as they were, "
-          f"{len(folders) - done - failed} already current")
+    print(
+        f"{len(folders)} run(s): {done} migrated to schema {rc.SCHEMA_VERSION}, {failed} left as they were, "
+        f"{len(folders) - done - failed} already current"
+    )
     return 1 if failed else 0
 
 
@@ -296,7 +352,10 @@ def _cmd_recertify(args) -> int:
     outcome = recertify(args.chapter, args.profile, seeds, jobs=args.jobs, backend=_backend(args))
     for seed, found in sorted(outcome.differences.items()):
         print(f"seed {seed}: {len(found)} value(s) differ:")
-        print("\n".join(f"  {line}" for line in found[:20]) + (f"\n  ... and {len(found) - 20} more" if len(found) > 20 else ""))
+        print(
+            "\n".join(f"  {line}" for line in found[:20])
+            + (f"\n  ... and {len(found) - 20} more" if len(found) > 20 else "")
+        )
     print(outcome.message)
     return 1 if outcome.differences else 0
 
@@ -310,8 +369,11 @@ def _cmd_refresh(args) -> int:
         try:
             seconds = refresh_notebook(chapter_id)
         except PapermillExecutionError as err:
-            print(f"agentpost: {chapter_id}: cell {err.cell_index} failed: {err.ename}: {str(err.evalue)[:300]}; "
-                  f"notebooks/{chapter_id}.ipynb is unchanged", file=sys.stderr)
+            print(
+                f"agentpost: {chapter_id}: cell {err.cell_index} failed: {err.ename}: {str(err.evalue)[:300]}; "
+                f"notebooks/{chapter_id}.ipynb is unchanged",
+                file=sys.stderr,
+            )
             return 1
         print(f"{chapter_id}: executed in {seconds:.1f} s; outputs committed in notebooks/{chapter_id}.ipynb")
     return 0
@@ -331,14 +393,23 @@ BACKEND_OPTIONS = ("backend", "address", "partition", "time")
 
 
 def _add_backend_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--backend", default="local", choices=("local", "ray", "slurm"),
-                        help="where runs execute: processes on this machine (local, --jobs at a time), a Ray cluster "
-                             "(ray), a Slurm job array (slurm)")
-    parser.add_argument("--address", default=None, metavar="ADDRESS",
-                        help="ray: the cluster, auto, ray://HOST:PORT or HOST:PORT (default: start one on this machine)")
+    parser.add_argument(
+        "--backend",
+        default="local",
+        choices=("local", "ray", "slurm"),
+        help="where runs execute: processes on this machine (local, --jobs at a time), a Ray cluster "
+        "(ray), a Slurm job array (slurm)",
+    )
+    parser.add_argument(
+        "--address",
+        default=None,
+        metavar="ADDRESS",
+        help="ray: the cluster, auto, ray://HOST:PORT or HOST:PORT (default: start one on this machine)",
+    )
     parser.add_argument("--partition", default=None, help="slurm: the partition (default: the cluster's)")
-    parser.add_argument("--time", type=int, default=None, metavar="MINUTES",
-                        help="slurm: time limit per run in minutes (default: 60)")
+    parser.add_argument(
+        "--time", type=int, default=None, metavar="MINUTES", help="slurm: time limit per run in minutes (default: 60)"
+    )
 
 
 def _backend(args):
@@ -349,40 +420,63 @@ def _backend(args):
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="agentpost", formatter_class=_Formatter, epilog=EPILOG,
-        description="Run, validate and publish the chapters of the agentpost book of evidence.")
+        prog="agentpost",
+        formatter_class=_Formatter,
+        epilog=EPILOG,
+        description="Run, validate and publish the chapters of the agentpost book of evidence.",
+    )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def command(name: str, func, help: str, description: str | None = None) -> argparse.ArgumentParser:
-        cmd = sub.add_parser(name, help=help, description=description or help, formatter_class=_Formatter, epilog=EPILOG)
+        cmd = sub.add_parser(
+            name, help=help, description=description or help, formatter_class=_Formatter, epilog=EPILOG
+        )
         cmd.set_defaults(func=func)
         return cmd
 
     command("list", _cmd_list, "chapters, their profiles and the evidence each counts")
 
-    run = command("run", _cmd_run, "execute chapter notebooks through papermill, one process per (chapter, seed)",
-                  "Execute chapter notebooks through papermill, one process per (chapter, seed), each into\n"
-                  "book/runs/<chapter>/<profile>/seed-<seed>-<key>/ with a receipt. Everything is checked before\n"
-                  "the first run starts (profile, parameters and their declared ranges, seeds, data checksums).\n"
-                  "A run with the same key that succeeded and validates is reused, not run again.")
+    run = command(
+        "run",
+        _cmd_run,
+        "execute chapter notebooks through papermill, one process per (chapter, seed)",
+        "Execute chapter notebooks through papermill, one process per (chapter, seed), each into\n"
+        "book/runs/<chapter>/<profile>/seed-<seed>-<key>/ with a receipt. Everything is checked before\n"
+        "the first run starts (profile, parameters and their declared ranges, seeds, data checksums).\n"
+        "A run with the same key that succeeded and validates is reused, not run again.",
+    )
     run.add_argument("chapters", nargs="+", metavar="CHAPTER", help="chapter ids (see `agentpost list`)")
     run.add_argument("--profile", default="smoke", help="parameter profile: params/<chapter>/<profile>.yaml")
-    run.add_argument("--seeds", default=None, metavar="S1,S2,...",
-                     help="comma-separated seeds, integers in 0..4294967295 (default: the profile's `seeds:`)")
-    run.add_argument("-p", "--param", action="append", default=[], metavar="KEY=VALUE",
-                     help="override one parameter (VALUE parsed as YAML: 3, 0.5, true, [1, 2], text); repeatable. "
-                          "A run with overrides is ad-hoc: kept apart, never a profile's evidence")
+    run.add_argument(
+        "--seeds",
+        default=None,
+        metavar="S1,S2,...",
+        help="comma-separated seeds, integers in 0..4294967295 (default: the profile's `seeds:`)",
+    )
+    run.add_argument(
+        "-p",
+        "--param",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override one parameter (VALUE parsed as YAML: 3, 0.5, true, [1, 2], text); repeatable. "
+        "A run with overrides is ad-hoc: kept apart, never a profile's evidence",
+    )
     run.add_argument("--jobs", type=int, default=1, help="runs executed at the same time (local backend)")
     _add_backend_options(run)
     run.add_argument("--force", action="store_true", help="re-run even when a cached successful run exists")
 
     val = command("validate", _cmd_validate, "recompute receipt hashes and apply the GPU-evidence rules")
-    val.add_argument("paths", nargs="*", metavar="PATH",
-                     help="run folders or folders of runs (default: every run under book/runs)")
+    val.add_argument(
+        "paths", nargs="*", metavar="PATH", help="run folders or folders of runs (default: every run under book/runs)"
+    )
 
     led = command("ledger", _cmd_ledger, "regenerate the ledger, evidence pages and _toc.yml")
-    led.add_argument("--claims-report", default=None,
-                     help="outcomes of claim tests, as the test run wrote them (default: _build/claims-report.json)")
+    led.add_argument(
+        "--claims-report",
+        default=None,
+        help="outcomes of claim tests, as the test run wrote them (default: _build/claims-report.json)",
+    )
 
     book = command("book", _cmd_book, "run smoke profiles (cached), regenerate the ledger, build the book")
     book.add_argument("--jobs", type=int, default=2, help="runs executed at the same time (local backend)")
@@ -390,40 +484,61 @@ def build_parser() -> argparse.ArgumentParser:
     book.add_argument("--skip-runs", action="store_true", help="build from the runs already recorded")
     book.add_argument("--claims-report", default=None, help="outcomes of claim tests (default: run them now)")
 
-    cmp_ = command("compare", _cmd_compare, "compute a chapter's declared comparisons across its seed runs",
-                   "Compute the chapter's declared comparisons (agentpost/catalogue/<chapter>.yaml, `comparisons:`)\n"
-                   "across the seed runs of the counted configuration (most seeds) of a profile: one seed = one papermill run.\n"
-                   "Verdicts: better/worse (a difference that matters), ... may be negligible (detectable, within\n"
-                   "reach of the margin), equivalent (inside the margin), inconclusive, no information.")
+    cmp_ = command(
+        "compare",
+        _cmd_compare,
+        "compute a chapter's declared comparisons across its seed runs",
+        "Compute the chapter's declared comparisons (agentpost/catalogue/<chapter>.yaml, `comparisons:`)\n"
+        "across the seed runs of the counted configuration (most seeds) of a profile: one seed = one papermill run.\n"
+        "Verdicts: better/worse (a difference that matters), ... may be negligible (detectable, within\n"
+        "reach of the margin), equivalent (inside the margin), inconclusive, no information.",
+    )
     cmp_.add_argument("chapter", metavar="CHAPTER", help="chapter id (see `agentpost list`)")
     cmp_.add_argument("--profile", default="smoke", help="parameter profile whose runs are compared")
 
-    pl = command("plan", _cmd_plan, "seeds x items each declared comparison needs, from a pilot profile's runs",
-                 "From the variance components of a pilot (the counted configuration of --profile), the fewest items per seed\n"
-                 "that bring each declared comparison's MDE at 80% power down to its margin, per seed count, with\n"
-                 "the predicted wall time from the pilot receipts' timings.")
+    pl = command(
+        "plan",
+        _cmd_plan,
+        "seeds x items each declared comparison needs, from a pilot profile's runs",
+        "From the variance components of a pilot (the counted configuration of --profile), the fewest items per seed\n"
+        "that bring each declared comparison's MDE at 80% power down to its margin, per seed count, with\n"
+        "the predicted wall time from the pilot receipts' timings.",
+    )
     pl.add_argument("chapter", metavar="CHAPTER", help="chapter id (see `agentpost list`)")
     pl.add_argument("--profile", default="smoke", help="the pilot profile whose runs are read")
     pl.add_argument("--max-seeds", type=int, default=20, help="largest seed count considered")
 
-    mig = command("migrate", _cmd_migrate, "rewrite schema 4 runs in the compact schema 5 form (evidence kept bit for bit)",
-                  "Rewrite schema 4 run folders once into schema 5: per-item outcomes into outcomes.parquet, the\n"
-                  "notebook gzipped without figures, imported code and the notebook hashed by their code (so a\n"
-                  "docstring, comment or prose edit stales nothing). Every recorded value must read back bit for\n"
-                  "bit and the new folder validate, or the run is left as it was.")
-    mig.add_argument("paths", nargs="*", metavar="PATH",
-                     help="run folders or folders of runs (default: every run under book/runs)")
+    mig = command(
+        "migrate",
+        _cmd_migrate,
+        "rewrite schema 4 runs in the compact schema 5 form (evidence kept bit for bit)",
+        "Rewrite schema 4 run folders once into schema 5: per-item outcomes into outcomes.parquet, the\n"
+        "notebook gzipped without figures, imported code and the notebook hashed by their code (so a\n"
+        "docstring, comment or prose edit stales nothing). Every recorded value must read back bit for\n"
+        "bit and the new folder validate, or the run is left as it was.",
+    )
+    mig.add_argument(
+        "paths", nargs="*", metavar="PATH", help="run folders or folders of runs (default: every run under book/runs)"
+    )
 
-    rec = command("recertify", _cmd_recertify, "re-run a sample of a stale batch's seeds; certify it current if they reproduce",
-                  "Re-execute seeds of a profile's counted batch on the current code (as ordinary runs, kept) and\n"
-                  "compare each with the old run at its seed: every glued value and per-item outcome within 3x the\n"
-                  "chapter's kernel-path spread, fingerprint facts by the arms they group. If all reproduce, a sealed\n"
-                  "certificate under book/runs/<chapter>/<profile>/certificates/ makes the whole batch current (new\n"
-                  "seeds then join it); otherwise the differing values are named and the batch stays stale.")
+    rec = command(
+        "recertify",
+        _cmd_recertify,
+        "re-run a sample of a stale batch's seeds; certify it current if they reproduce",
+        "Re-execute seeds of a profile's counted batch on the current code (as ordinary runs, kept) and\n"
+        "compare each with the old run at its seed: every glued value and per-item outcome within 3x the\n"
+        "chapter's kernel-path spread, fingerprint facts by the arms they group. If all reproduce, a sealed\n"
+        "certificate under book/runs/<chapter>/<profile>/certificates/ makes the whole batch current (new\n"
+        "seeds then join it); otherwise the differing values are named and the batch stays stale.",
+    )
     rec.add_argument("chapter", metavar="CHAPTER", help="chapter id (see `agentpost list`)")
     rec.add_argument("--profile", default="cpu", help="the profile whose counted batch is re-certified")
-    rec.add_argument("--seeds", default=None, metavar="S1,S2,...",
-                     help="seeds to re-run (default: the batch's first seeds, up to 5 recorded minutes, at least one)")
+    rec.add_argument(
+        "--seeds",
+        default=None,
+        metavar="S1,S2,...",
+        help="seeds to re-run (default: the batch's first seeds, up to 5 recorded minutes, at least one)",
+    )
     rec.add_argument("--jobs", type=int, default=1, help="runs executed at the same time (local backend)")
     _add_backend_options(rec)
 
@@ -475,8 +590,10 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as err:  # noqa: BLE001 - the promise: one line, never a traceback
         if os.environ.get("AGENTPOST_DEBUG"):
             raise
-        print(f"agentpost: unexpected error: {type(err).__name__}: {err} (AGENTPOST_DEBUG=1 shows the traceback)",
-              file=sys.stderr)
+        print(
+            f"agentpost: unexpected error: {type(err).__name__}: {err} (AGENTPOST_DEBUG=1 shows the traceback)",
+            file=sys.stderr,
+        )
         return 1
 
 

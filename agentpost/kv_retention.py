@@ -62,8 +62,9 @@ def _top(scores: torch.Tensor, candidates: torch.Tensor, k: int) -> torch.Tensor
     return candidates[select_top_b(scores[candidates], k)]
 
 
-def _bucketed(scores: torch.Tensor, middle: torch.Tensor, quota: int, bucket_ids: torch.Tensor,
-              buckets: int) -> torch.Tensor:
+def _bucketed(
+    scores: torch.Tensor, middle: torch.Tensor, quota: int, bucket_ids: torch.Tensor, buckets: int
+) -> torch.Tensor:
     """DeltaS's quota fill for one row ``scores`` ``(N,)`` (deltas.md ambiguity 5): the ``middle`` entries split by
     ``bucket_ids`` (arrival chunk) into ``buckets`` equal spans, ``quota // buckets`` best of each, then the quota
     left unused by under-full buckets to the best of the rest."""
@@ -78,8 +79,15 @@ def _bucketed(scores: torch.Tensor, middle: torch.Tensor, quota: int, bucket_ids
     return torch.cat([chosen, _top(scores, rest, quota - chosen.numel())])
 
 
-def select(scores: torch.Tensor, budget: int, *, n_sinks: int = 0, n_recent: int = 0,
-           bucket_ids: torch.Tensor | None = None, buckets: int | None = None) -> torch.Tensor:
+def select(
+    scores: torch.Tensor,
+    budget: int,
+    *,
+    n_sinks: int = 0,
+    n_recent: int = 0,
+    bucket_ids: torch.Tensor | None = None,
+    buckets: int | None = None,
+) -> torch.Tensor:
     """The one selector: indices (ascending) of the entries kept under ``budget``, ``(..., min(budget, N))`` for
     ``scores`` ``(..., N)`` (one keep set per row, e.g. per KV head).
 
@@ -147,8 +155,14 @@ class Scorer:
         """The entries :func:`select` keeps of ``scores`` ``(..., N)`` at ``budget`` with this scorer's protection."""
         n_sinks, n_recent = self.protect(scores.shape[-1], budget)
         buckets = self.bucket_count()
-        return select(scores, budget, n_sinks=n_sinks, n_recent=n_recent, buckets=buckets,
-                      bucket_ids=bucket_ids if buckets else None)
+        return select(
+            scores,
+            budget,
+            n_sinks=n_sinks,
+            n_recent=n_recent,
+            buckets=buckets,
+            bucket_ids=bucket_ids if buckets else None,
+        )
 
 
 SCORERS = Registry("KV retention scorer")
@@ -170,6 +184,8 @@ def make_scorer(name: str, context: str, **kwargs) -> Scorer:
     raises :class:`agentpost.registry.UnknownName` listing the context's names."""
     cls = SCORERS.lookup(name)
     if cls.context != context:
-        raise UnknownName(f"KV retention scorer {name!r} scores {cls.context} caches, not {context}; "
-                          f"{context} scorers: {sorted(scorers(context))}")
+        raise UnknownName(
+            f"KV retention scorer {name!r} scores {cls.context} caches, not {context}; "
+            f"{context} scorers: {sorted(scorers(context))}"
+        )
     return cls(**kwargs)

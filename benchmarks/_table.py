@@ -36,6 +36,7 @@ def versions() -> str:
 
     try:
         import triton
+
         tri = triton.__version__
     except ImportError:
         tri = "none"

@@ -44,8 +44,9 @@ SHAPES = {"default": (4, 2, 300), "short": (3, 1, 100)}
 
 def _trace(tok, n_candidates: int, shape: str) -> tuple[DiagTrace, str]:
     rounds, distractors, max_doc_chars = SHAPES[shape]
-    traces = load_heldout_traces(tok, n_traces=n_candidates, seed=0, rounds=rounds, distractors=distractors,
-                                 max_doc_chars=max_doc_chars)
+    traces = load_heldout_traces(
+        tok, n_traces=n_candidates, seed=0, rounds=rounds, distractors=distractors, max_doc_chars=max_doc_chars
+    )
     return max(traces, key=len), "held-out tool trace (synthetic format over real StableToolBench API docs)"
 
 
@@ -64,25 +65,45 @@ def main(argv=None) -> dict:
     tr, trace_label = _trace(tok, args.candidates, args.shape)
     prof = decode_profile(model, tr, args.ratio, methods=args.methods.split(","), repeats=args.repeats)
     lay = tr.layout
-    print(f"model: {model_label}; trace: {trace_label}; {len(tr)} tokens, prefix {lay.prefix_len}, "
-          f"rounds {[b - a for a, b in lay.round_spans]}, B = {prof['budget']} ({args.ratio:.0%}); "
-          f"decode = 1 token/step; medians of {args.repeats} runs")
+    print(
+        f"model: {model_label}; trace: {trace_label}; {len(tr)} tokens, prefix {lay.prefix_len}, "
+        f"rounds {[b - a for a, b in lay.round_spans]}, B = {prof['budget']} ({args.ratio:.0%}); "
+        f"decode = 1 token/step; medians of {args.repeats} runs"
+    )
     print(f"\n{'method':<13}{'round':>6}{'tokens':>8}{'peak':>7}{'bound':>7}{'ms/token':>10}{'overhead':>10}")
     for method, res in prof["methods"].items():
         for row in res["per_round"]:
-            print(f"{method:<13}{row['round']:>6}{row['tokens']:>8}{row['peak_entries']:>7}{row['bound']:>7}"
-                  f"{row['decode_ms_per_token']:>10.3f}{row['overhead_frac']:>10.1%}")
+            print(
+                f"{method:<13}{row['round']:>6}{row['tokens']:>8}{row['peak_entries']:>7}{row['bound']:>7}"
+                f"{row['decode_ms_per_token']:>10.3f}{row['overhead_frac']:>10.1%}"
+            )
     print(f"\n{'method':<13}{'ms/token':>10}{'ratio':>8}{'peak/full':>11}{'max ovh':>9}  bound ok")
     for method, res in prof["methods"].items():
-        print(f"{method:<13}{res['decode_ms_per_token']:>10.3f}{res.get('decode_ratio_vs_fullkv', float('nan')):>8.3f}"
-              f"{res.get('peak_frac_vs_fullkv', float('nan')):>11.3f}{res['max_round_overhead_frac']:>9.1%}"
-              f"  {res['peak_within_bound']}")
+        print(
+            f"{method:<13}{res['decode_ms_per_token']:>10.3f}{res.get('decode_ratio_vs_fullkv', float('nan')):>8.3f}"
+            f"{res.get('peak_frac_vs_fullkv', float('nan')):>11.3f}{res['max_round_overhead_frac']:>9.1%}"
+            f"  {res['peak_within_bound']}"
+        )
         # decode_profile keeps the median over repeats only: p20/p80 are NaN in the long table.
-        emit("actkv_engine", f"{method} B={args.ratio:.0%} decode/token", res["decode_ms_per_token"], float("nan"),
-             float("nan"), "ms")
-    receipt = {"benchmark": "actkv_engine", "model": model_label, "trace": trace_label, "repeats": args.repeats,
-               "threads": args.threads, "device": "cpu", "torch": torch.__version__, "python": platform.python_version(),
-               **prof}
+        emit(
+            "actkv_engine",
+            f"{method} B={args.ratio:.0%} decode/token",
+            res["decode_ms_per_token"],
+            float("nan"),
+            float("nan"),
+            "ms",
+        )
+    receipt = {
+        "benchmark": "actkv_engine",
+        "model": model_label,
+        "trace": trace_label,
+        "repeats": args.repeats,
+        "threads": args.threads,
+        "device": "cpu",
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        **prof,
+    }
     if args.out:
         with open(args.out, "w") as fh:
             json.dump(receipt, fh, indent=2)

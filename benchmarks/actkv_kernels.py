@@ -13,6 +13,7 @@ On a CPU the kernels run in the Triton interpreter at tiny sizes: correctness on
 
     python benchmarks/actkv_kernels.py [--out receipt.json] [--reps 10] [--sizes auto|tiny|full]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -33,13 +34,27 @@ import triton  # noqa: E402
 from _table import emit  # noqa: E402
 
 from agentpost.record.environment import device_info, package_versions  # noqa: E402
-from agentpost.kernels.actkv import (compact_gather, compact_inplace, compaction_plan, copy_rows,  # noqa: E402
-                                     paged_decode_attention, recover_action_attention)
+from agentpost.kernels.actkv import (
+    compact_gather,
+    compact_inplace,
+    compaction_plan,
+    copy_rows,  # noqa: E402
+    paged_decode_attention,
+    recover_action_attention,
+)
 
-FULL = dict(block=16, kv_heads=8, head_dim=128, q_heads=32, dtype="float16", requests=[1, 4, 16, 64],
-            compressions=[(1024, 512), (2048, 1536), (6144, 4096)])
-TINY = dict(block=16, kv_heads=2, head_dim=16, q_heads=8, dtype="float32", requests=[1, 2],
-            compressions=[(64, 32), (96, 72)])
+FULL = dict(
+    block=16,
+    kv_heads=8,
+    head_dim=128,
+    q_heads=32,
+    dtype="float16",
+    requests=[1, 4, 16, 64],
+    compressions=[(1024, 512), (2048, 1536), (6144, 4096)],
+)
+TINY = dict(
+    block=16, kv_heads=2, head_dim=16, q_heads=8, dtype="float32", requests=[1, 2], compressions=[(64, 32), (96, 72)]
+)
 
 
 class Timer:
@@ -137,8 +152,9 @@ def bench_compaction(R, n, B, cfg, device, timer, gen):
     # kernels alone, with the index work done beforehand
     plan = compaction_plan(table0, lens0, keep, bs)
     rows_k, rows_v = k.view(-1, k.shape[2] * k.shape[3]), v.view(-1, v.shape[2] * v.shape[3])
-    out["inplace_kernel"] = timer(lambda: copy_rows(rows_k, rows_k, rows_v, rows_v, plan.src_slots, plan.dst_slots),
-                                  restore)
+    out["inplace_kernel"] = timer(
+        lambda: copy_rows(rows_k, rows_k, rows_v, rows_v, plan.src_slots, plan.dst_slots), restore
+    )
     kr, ki = torch.nonzero(keep, as_tuple=True)
     old_s = table0[kr, ki // bs].long() * bs + ki % bs
     pos = torch.arange(kr.numel(), device=device) - (torch.cumsum(keep.sum(1), 0) - keep.sum(1))[kr]
@@ -194,63 +210,104 @@ def main(argv=None):
         for n, B in cfg["compressions"]:
             c = bench_compaction(R, n, B, cfg, device, timer, gen)
             rec = bench_recovery(R, n, cfg, device, timer, gen)
-            for part, t in [*((k, c[k]) for k in ("inplace", "inplace_kernel", "gather", "gather_kernel")),
-                            *((k, rec[k]) for k in ("recovery", "read_k"))]:
-                emit("actkv_kernels", f"{part} R={R} n={n} keep={B}", 1e3 * t["median_s"], 1e3 * t["p20_s"],
-                     1e3 * t["p80_s"], "ms", device.type)
+            for part, t in [
+                *((k, c[k]) for k in ("inplace", "inplace_kernel", "gather", "gather_kernel")),
+                *((k, rec[k]) for k in ("recovery", "read_k")),
+            ]:
+                emit(
+                    "actkv_kernels",
+                    f"{part} R={R} n={n} keep={B}",
+                    1e3 * t["median_s"],
+                    1e3 * t["p20_s"],
+                    1e3 * t["p80_s"],
+                    "ms",
+                    device.type,
+                )
             t_in, t_ink = c["inplace"]["median_s"], c["inplace_kernel"]["median_s"]
             t_ga, t_gak = c["gather"]["median_s"], c["gather_kernel"]["median_s"]
-            rows.append({
-                "requests": R, "n": n, "keep": B,
-                "inplace_ms": 1e3 * t_in, "inplace_kernel_ms": 1e3 * t_ink,
-                "gather_ms": 1e3 * t_ga, "gather_kernel_ms": 1e3 * t_gak,
-                "inplace_bytes": c["bytes_inplace"], "gather_bytes": c["bytes_gather"],
-                "inplace_kernel_gbps": c["bytes_inplace"] / t_ink / 1e9,
-                "inplace_frac_copy_bw": c["bytes_inplace"] / t_ink / bw,
-                "gather_kernel_frac_copy_bw": c["bytes_gather"] / t_gak / bw,
-                "speedup_op": t_ga / t_in, "speedup_kernel": t_gak / t_ink,
-                "recovery_ms": 1e3 * rec["recovery"]["median_s"], "read_k_ms": 1e3 * rec["read_k"]["median_s"],
-                "recovery_over_read": rec["recovery"]["median_s"] / rec["read_k"]["median_s"],
-                "recovery_gbps": rec["bytes_k"] / rec["recovery"]["median_s"] / 1e9,
-                "checked": c["inplace"]["checked"] and c["gather"]["checked"],
-                "timings": {"compaction": c, "recovery": rec},
-            })
-    title = (f"ActKV kernels on {device_info(device)['name']} ({cfg['dtype']}, block {cfg['block']}, "
-             f"{cfg['kv_heads']} KV heads, head_dim {cfg['head_dim']}, {cfg['q_heads']} Q heads); "
-             f"measured copy bandwidth {bw / 1e9:.1f} GB/s")
+            rows.append(
+                {
+                    "requests": R,
+                    "n": n,
+                    "keep": B,
+                    "inplace_ms": 1e3 * t_in,
+                    "inplace_kernel_ms": 1e3 * t_ink,
+                    "gather_ms": 1e3 * t_ga,
+                    "gather_kernel_ms": 1e3 * t_gak,
+                    "inplace_bytes": c["bytes_inplace"],
+                    "gather_bytes": c["bytes_gather"],
+                    "inplace_kernel_gbps": c["bytes_inplace"] / t_ink / 1e9,
+                    "inplace_frac_copy_bw": c["bytes_inplace"] / t_ink / bw,
+                    "gather_kernel_frac_copy_bw": c["bytes_gather"] / t_gak / bw,
+                    "speedup_op": t_ga / t_in,
+                    "speedup_kernel": t_gak / t_ink,
+                    "recovery_ms": 1e3 * rec["recovery"]["median_s"],
+                    "read_k_ms": 1e3 * rec["read_k"]["median_s"],
+                    "recovery_over_read": rec["recovery"]["median_s"] / rec["read_k"]["median_s"],
+                    "recovery_gbps": rec["bytes_k"] / rec["recovery"]["median_s"] / 1e9,
+                    "checked": c["inplace"]["checked"] and c["gather"]["checked"],
+                    "timings": {"compaction": c, "recovery": rec},
+                }
+            )
+    title = (
+        f"ActKV kernels on {device_info(device)['name']} ({cfg['dtype']}, block {cfg['block']}, "
+        f"{cfg['kv_heads']} KV heads, head_dim {cfg['head_dim']}, {cfg['q_heads']} Q heads); "
+        f"measured copy bandwidth {bw / 1e9:.1f} GB/s"
+    )
     if device.type != "cuda":
         title = "CORRECTNESS ONLY (CPU, Triton interpreter, tiny sizes; times are meaningless) -- " + title
     print(title)
-    head = (f"{'req':>4} {'n->B':>10} {'inplace ms':>10} {'kern ms':>8} {'GB/s':>7} {'%copyBW':>7} {'gather ms':>9} "
-            f"{'speedup':>7} {'kern x':>6} {'recov ms':>8} {'readK ms':>8} {'rec/read':>8} {'ok':>3}")
+    head = (
+        f"{'req':>4} {'n->B':>10} {'inplace ms':>10} {'kern ms':>8} {'GB/s':>7} {'%copyBW':>7} {'gather ms':>9} "
+        f"{'speedup':>7} {'kern x':>6} {'recov ms':>8} {'readK ms':>8} {'rec/read':>8} {'ok':>3}"
+    )
     print(head)
     for r in rows:
-        print(f"{r['requests']:>4} {r['n']:>5}->{r['keep']:<4} {r['inplace_ms']:>10.3f} {r['inplace_kernel_ms']:>8.3f} "
-              f"{r['inplace_kernel_gbps']:>7.1f} {100 * r['inplace_frac_copy_bw']:>6.1f}% {r['gather_ms']:>9.3f} "
-              f"{r['speedup_op']:>6.2f}x {r['speedup_kernel']:>5.2f}x {r['recovery_ms']:>8.3f} {r['read_k_ms']:>8.3f} "
-              f"{r['recovery_over_read']:>8.2f} {'yes' if r['checked'] else 'NO':>3}")
+        print(
+            f"{r['requests']:>4} {r['n']:>5}->{r['keep']:<4} {r['inplace_ms']:>10.3f} {r['inplace_kernel_ms']:>8.3f} "
+            f"{r['inplace_kernel_gbps']:>7.1f} {100 * r['inplace_frac_copy_bw']:>6.1f}% {r['gather_ms']:>9.3f} "
+            f"{r['speedup_op']:>6.2f}x {r['speedup_kernel']:>5.2f}x {r['recovery_ms']:>8.3f} {r['read_k_ms']:>8.3f} "
+            f"{r['recovery_over_read']:>8.2f} {'yes' if r['checked'] else 'NO':>3}"
+        )
     goals = {
         "compaction_frac_copy_bw_min": min(r["inplace_frac_copy_bw"] for r in rows),
         "speedup_over_gather_min": min(r["speedup_op"] for r in rows),
         "recovery_over_read_max": max(r["recovery_over_read"] for r in rows),
     }
-    goals["met"] = None if device.type != "cuda" else bool(
-        goals["compaction_frac_copy_bw_min"] >= 0.7 and goals["speedup_over_gather_min"] >= 2
-        and goals["recovery_over_read_max"] <= 2)
-    print("goals (GPU only): compaction >= 70% of copy BW: min {:.1%}; >= 2x gather: min {:.2f}x; "
-          "recovery <= 2x one K read: max {:.2f}x -> {}".format(goals["compaction_frac_copy_bw_min"],
-                                                               goals["speedup_over_gather_min"],
-                                                               goals["recovery_over_read_max"],
-                                                               {True: "met", False: "not met", None: "not evaluated on a CPU"}[goals["met"]]))
+    goals["met"] = (
+        None
+        if device.type != "cuda"
+        else bool(
+            goals["compaction_frac_copy_bw_min"] >= 0.7
+            and goals["speedup_over_gather_min"] >= 2
+            and goals["recovery_over_read_max"] <= 2
+        )
+    )
+    print(
+        "goals (GPU only): compaction >= 70% of copy BW: min {:.1%}; >= 2x gather: min {:.2f}x; "
+        "recovery <= 2x one K read: max {:.2f}x -> {}".format(
+            goals["compaction_frac_copy_bw_min"],
+            goals["speedup_over_gather_min"],
+            goals["recovery_over_read_max"],
+            {True: "met", False: "not met", None: "not evaluated on a CPU"}[goals["met"]],
+        )
+    )
     receipt = {
-        "schema": 1, "benchmark": "actkv_kernels", "mode": "correctness-only" if device.type != "cuda" else "timing",
-        "sizes": sizes, "config": {**cfg, "compressions": [list(c) for c in cfg["compressions"]]},
+        "schema": 1,
+        "benchmark": "actkv_kernels",
+        "mode": "correctness-only" if device.type != "cuda" else "timing",
+        "sizes": sizes,
+        "config": {**cfg, "compressions": [list(c) for c in cfg["compressions"]]},
         "device": device_info(device),
         "versions": package_versions(),
-        "reps": reps, "started_utc": started.isoformat(timespec="seconds"),
+        "reps": reps,
+        "started_utc": started.isoformat(timespec="seconds"),
         "wall_s": round((dt.datetime.now(dt.timezone.utc) - started).total_seconds(), 2),
-        "copy_bandwidth_bytes_per_s": bw, "copy_bandwidth_timing": bw_t,
-        "all_checked": all(r["checked"] for r in rows), "goals": goals, "rows": rows,
+        "copy_bandwidth_bytes_per_s": bw,
+        "copy_bandwidth_timing": bw_t,
+        "all_checked": all(r["checked"] for r in rows),
+        "goals": goals,
+        "rows": rows,
     }
     out = args.out or Path(__file__).resolve().parent / "receipts" / f"actkv_kernels_{device.type}.json"
     out.parent.mkdir(parents=True, exist_ok=True)

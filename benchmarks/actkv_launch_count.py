@@ -33,22 +33,33 @@ def main(argv=None) -> int:
     ap.add_argument("--profile", default="a100")
     ap.add_argument("--traces", type=int, default=2, help="traces drawn; the longest is counted")
     ap.add_argument("--seed", type=int, default=42)
-    ap.add_argument("--no-decode", action="store_true", help="skip the token-by-token decode profile (most of the time)")
+    ap.add_argument(
+        "--no-decode", action="store_true", help="skip the token-by-token decode profile (most of the time)"
+    )
     args = ap.parse_args(argv)
     from agentpost.actkv import diagnostic as diag
 
     torch.set_num_threads(1)
     p = yaml.safe_load((ROOT / "params" / "actkv" / f"{args.profile}.yaml").read_text())["parameters"]
     model, tok, _ = diag.load_diagnostic_model(p["model_name"], device="cpu")
-    traces = diag.load_heldout_traces(tok, split=p["split"], n_traces=args.traces, seed=args.seed,
-                                      rounds=p["trace_rounds"], distractors=p["trace_distractors"],
-                                      max_doc_chars=p["max_doc_chars"], boundary=p["boundary"])
+    traces = diag.load_heldout_traces(
+        tok,
+        split=p["split"],
+        n_traces=args.traces,
+        seed=args.seed,
+        rounds=p["trace_rounds"],
+        distractors=p["trace_distractors"],
+        max_doc_chars=p["max_doc_chars"],
+        boundary=p["boundary"],
+    )
     trace = max(traces, key=len)
-    policy_kwargs = {"actkv": {"p": p["nucleus_p"], "decay": p["lrfu_decay"], "head_reduce": p["head_reduce"]},
-                     "streamingllm": {"n_sink": p["streaming_sinks"]},
-                     "h2o": {"recent_fraction": p["h2o_recent_fraction"]},
-                     "snapkv": {"window": p["snapkv_window"], "kernel": p["snapkv_kernel"], "pool": p["snapkv_pool"]},
-                     "rkv": {"window": p["rkv_window"], "mix_lambda": p["rkv_lambda"]}}
+    policy_kwargs = {
+        "actkv": {"p": p["nucleus_p"], "decay": p["lrfu_decay"], "head_reduce": p["head_reduce"]},
+        "streamingllm": {"n_sink": p["streaming_sinks"]},
+        "h2o": {"recent_fraction": p["h2o_recent_fraction"]},
+        "snapkv": {"window": p["snapkv_window"], "kernel": p["snapkv_kernel"], "pool": p["snapkv_pool"]},
+        "rkv": {"window": p["rkv_window"], "mix_lambda": p["rkv_lambda"]},
+    }
     forwards = [0]
     model.register_forward_pre_hook(lambda *_: forwards.__setitem__(0, forwards[0] + 1))
 
@@ -56,8 +67,16 @@ def main(argv=None) -> int:
         counter = CountLaunches()
         forwards[0] = 0
         with counter:
-            diag.run_method(model, trace, method, ratio, chunk=chunk, policy_kwargs=policy_kwargs,
-                            budget_reading=p["budget_reading"], **kw)
+            diag.run_method(
+                model,
+                trace,
+                method,
+                ratio,
+                chunk=chunk,
+                policy_kwargs=policy_kwargs,
+                budget_reading=p["budget_reading"],
+                **kw,
+            )
         return counter.n, forwards[0]
 
     ratio = p["compare_ratio"]
@@ -70,8 +89,11 @@ def main(argv=None) -> int:
         n, f = counted(method, r, p["chunk"], **kw)
         total += n
         print(f"  scoring {arm:18} {n:8d} launches {f:4d} forwards ({n / f:.0f} per forward)", flush=True)
-    print(f"  scoring, FullKV + {len(arms) - 1} arms at one ratio: {total} launches = {total * LAUNCH_US / 1e6:.1f} s "
-          f"at {LAUNCH_US} us per launch", flush=True)
+    print(
+        f"  scoring, FullKV + {len(arms) - 1} arms at one ratio: {total} launches = {total * LAUNCH_US / 1e6:.1f} s "
+        f"at {LAUNCH_US} us per launch",
+        flush=True,
+    )
     if not args.no_decode:
         for method in ("fullkv", "actkv"):
             n, f = counted(method, None if method == "fullkv" else ratio, 1)

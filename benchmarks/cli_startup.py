@@ -22,10 +22,16 @@ CASES = {
     "agentpost run --help": [sys.executable, "-m", "agentpost", "run", "--help"],
     "agentpost list": [sys.executable, "-m", "agentpost", "list"],
     "agentpost list (rfc3987-syntax imported)": [
-        sys.executable, "-c", "import sys, nbformat; from agentpost.cli import main; sys.exit(main(['list']))"],
+        sys.executable,
+        "-c",
+        "import sys, nbformat; from agentpost.cli import main; sys.exit(main(['list']))",
+    ],
     "import nbformat (plain)": [sys.executable, "-c", "import nbformat"],
     "import nbformat (skip rfc3987-syntax)": [
-        sys.executable, "-c", "from agentpost.project import skip_slow_optional_imports as s; s(); import nbformat"],
+        sys.executable,
+        "-c",
+        "from agentpost.project import skip_slow_optional_imports as s; s(); import nbformat",
+    ],
 }
 
 

@@ -22,15 +22,28 @@ import tempfile
 from _table import record
 
 LOADS = {
-    "gsm8k train (json)": ("plain_json", "gsm8k", "train.jsonl", "from agentpost.data import gsm8k; gsm8k.problems('train')"),
-    "wikitext-2 train (text)": ("plain_text", "wikitext-2", "train.txt",
-                                "from agentpost.data import wikitext2; wikitext2.read_split('train')"),
-    "stabletoolbench queries (json)": ("plain_json", "stabletoolbench", "queries.jsonl",
-                                       "from agentpost.data.hf import local_rows; from agentpost.data.registry import data_file; local_rows(data_file('stabletoolbench', 'queries.jsonl'), 'json').to_list()"),
+    "gsm8k train (json)": (
+        "plain_json",
+        "gsm8k",
+        "train.jsonl",
+        "from agentpost.data import gsm8k; gsm8k.problems('train')",
+    ),
+    "wikitext-2 train (text)": (
+        "plain_text",
+        "wikitext-2",
+        "train.txt",
+        "from agentpost.data import wikitext2; wikitext2.read_split('train')",
+    ),
+    "stabletoolbench queries (json)": (
+        "plain_json",
+        "stabletoolbench",
+        "queries.jsonl",
+        "from agentpost.data.hf import local_rows; from agentpost.data.registry import data_file; local_rows(data_file('stabletoolbench', 'queries.jsonl'), 'json').to_list()",
+    ),
 }
 PLAIN = {
     "plain_json": "import json; from agentpost.data.registry import data_file\n"
-                  "with open(data_file({n!r}, {f!r}), encoding='utf-8') as fh: rows = [json.loads(l) for l in fh if l.strip()]",
+    "with open(data_file({n!r}, {f!r}), encoding='utf-8') as fh: rows = [json.loads(l) for l in fh if l.strip()]",
     "plain_text": "from agentpost.data.registry import data_file; text = data_file({n!r}, {f!r}).read_text(encoding='utf-8')",
 }
 CHILD = """
@@ -44,8 +57,13 @@ print(json.dumps(time.perf_counter() - t))
 
 def _time(code: str, cache: str, setup: str = "import agentpost.data.registry") -> float:
     env = {**os.environ, "AGENTPOST_CACHE": cache}
-    out = subprocess.run([sys.executable, "-c", CHILD.format(setup=setup, load=code)], env=env, capture_output=True,
-                         text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", CHILD.format(setup=setup, load=code)],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -57,7 +75,9 @@ def main() -> None:
         imports = [_time("import datasets", tmp, setup="") for _ in range(args.repeats)]
         record("data_loaders", "import datasets", imports, "s")
         print(f"import datasets: {statistics.median(imports):.2f} s (median of {args.repeats})\n")
-        print("| load | plain s | datasets cold s | datasets warm s | cold / plain | warm / plain |\n|---|---|---|---|---|---|")
+        print(
+            "| load | plain s | datasets cold s | datasets warm s | cold / plain | warm / plain |\n|---|---|---|---|---|---|"
+        )
         for label, (plain, name, filename, load) in LOADS.items():
             setup = "import agentpost.data.registry, datasets"  # the import is timed above, not here
             plain_s, cold_s, warm_s = [], [], []
@@ -66,8 +86,10 @@ def main() -> None:
                 plain_s.append(_time(PLAIN[plain].format(n=name, f=filename), cache, setup))
                 cold_s.append(_time(load, cache, setup))
                 warm_s.append(_time(load, cache, setup))
-            p, c, w = (record("data_loaders", f"{label}: {kind}", xs, "s")["median"]
-                       for kind, xs in (("plain", plain_s), ("datasets cold", cold_s), ("datasets warm", warm_s)))
+            p, c, w = (
+                record("data_loaders", f"{label}: {kind}", xs, "s")["median"]
+                for kind, xs in (("plain", plain_s), ("datasets cold", cold_s), ("datasets warm", warm_s))
+            )
             print(f"| {label} | {p:.3f} | {c:.3f} | {w:.3f} | {c / p:.1f} | {w / p:.1f} |")
 
 

@@ -78,9 +78,19 @@ def _hybrid_forward_share(tokens: int, hidden: int, chunk: int, repeats: int, de
     from agentpost.deltas.rule import state_drift
 
     torch.manual_seed(0)
-    model = HybridForCausalLM(HybridConfig(hidden_size=hidden, intermediate_size=3 * hidden,
-                                           linear_num_heads=max(1, hidden // 64),
-                                           num_attention_heads=max(1, hidden // 64), head_dim=64)).to(device).eval()
+    model = (
+        HybridForCausalLM(
+            HybridConfig(
+                hidden_size=hidden,
+                intermediate_size=3 * hidden,
+                linear_num_heads=max(1, hidden // 64),
+                num_attention_heads=max(1, hidden // 64),
+                head_dim=64,
+            )
+        )
+        .to(device)
+        .eval()
+    )
     ids = torch.randint(0, model.config.vocab_size, (1, tokens), device=device)
 
     @torch.no_grad()
@@ -88,17 +98,24 @@ def _hybrid_forward_share(tokens: int, hidden: int, chunk: int, repeats: int, de
         state = None
         for c0 in range(0, tokens, chunk):
             before = None if state is None else state.linear_states()
-            state = model(ids[:, c0:c0 + chunk], state=state).state
+            state = model(ids[:, c0 : c0 + chunk], state=state).state
             if with_drift and before is not None:
                 for b, a in zip(before, state.linear_states()):
                     state_drift(b, a)
 
     case = f"hybrid LM d={hidden} streaming T={tokens} chunk={chunk}"
-    without = record("deltas_kernel", f"{case} without drift", _time(lambda: stream(False), repeats, device), "ms",
-                     device)
+    without = record(
+        "deltas_kernel", f"{case} without drift", _time(lambda: stream(False), repeats, device), "ms", device
+    )
     with_d = record("deltas_kernel", f"{case} with drift", _time(lambda: stream(True), repeats, device), "ms", device)
-    return {"tokens": tokens, "hidden": hidden, "chunk": chunk, "with_drift_ms": with_d["median"],
-            "without_drift_ms": without["median"], "drift_share": with_d["median"] / without["median"] - 1}
+    return {
+        "tokens": tokens,
+        "hidden": hidden,
+        "chunk": chunk,
+        "with_drift_ms": with_d["median"],
+        "without_drift_ms": without["median"],
+        "drift_share": with_d["median"] / without["median"] - 1,
+    }
 
 
 def main(argv=None) -> int:
@@ -111,8 +128,12 @@ def main(argv=None) -> int:
     p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--precision", default="ieee,tf32", help="CUDA only: comma-separated tl.dot input precisions")
-    p.add_argument("--hybrid-tokens", type=int, default=0, help="time the drift's share of a hybrid LM streaming "
-                   "forward over this many tokens (0: skip)")
+    p.add_argument(
+        "--hybrid-tokens",
+        type=int,
+        default=0,
+        help="time the drift's share of a hybrid LM streaming forward over this many tokens (0: skip)",
+    )
     p.add_argument("--hybrid-hidden", type=int, default=256, help="width of that hybrid LM")
     p.add_argument("--hybrid-chunk", type=int, default=256, help="tokens per streaming call (one frame group)")
     p.add_argument("--receipt", type=Path)
@@ -145,47 +166,96 @@ def main(argv=None) -> int:
         x = _inputs(T, args.heads, args.head_dim, args.head_dim, args.device, dtype)
         moved = sum(t.numel() * t.element_size() for t in x) + x[2].numel() * x[2].element_size()
         if args.device == "cuda":
-            runs = {f"triton {prec}": (
-                lambda prec=prec: chunk_gated_delta_drift(*x, chunk_size=args.chunk_size, precision=prec),
-                lambda prec=prec: chunk_gated_delta_drift(*x, chunk_size=args.chunk_size, precision=prec,
-                                                          with_drift=False)) for prec in args.precision.split(",")}
+            runs = {
+                f"triton {prec}": (
+                    lambda prec=prec: chunk_gated_delta_drift(*x, chunk_size=args.chunk_size, precision=prec),
+                    lambda prec=prec: chunk_gated_delta_drift(
+                        *x, chunk_size=args.chunk_size, precision=prec, with_drift=False
+                    ),
+                )
+                for prec in args.precision.split(",")
+            }
             if fla_rule is not None:
                 runs["fla-core chunk_gated_delta_rule"] = (None, lambda: fla_rule(*x, output_final_state=True))
         else:
-            runs = {"torch chunked": (lambda: chunk_gated_delta(*x, chunk_size=args.chunk_size),
-                                      lambda: chunk_gated_delta(*x, chunk_size=args.chunk_size, with_drift=False))}
+            runs = {
+                "torch chunked": (
+                    lambda: chunk_gated_delta(*x, chunk_size=args.chunk_size),
+                    lambda: chunk_gated_delta(*x, chunk_size=args.chunk_size, with_drift=False),
+                )
+            }
         for impl, (fn_with, fn_without) in runs.items():
             case = f"{impl} T={T} H={args.heads} d={args.head_dim} {args.dtype}"
-            without = record("deltas_kernel", f"{case} without drift", _time(fn_without, args.repeats, args.device),
-                             "ms", args.device)
-            with_d = (record("deltas_kernel", f"{case} with drift", _time(fn_with, args.repeats, args.device), "ms",
-                             args.device) if fn_with else dict.fromkeys(stats, nan))
-            rows.append({"impl": impl, "T": T, "heads": args.heads, "head_dim": args.head_dim, "dtype": args.dtype,
-                         "with_drift_ms": with_d["median"], "with_drift_p20_ms": with_d["p20"],
-                         "with_drift_p80_ms": with_d["p80"], "without_drift_ms": without["median"],
-                         "drift_cost_ratio": with_d["median"] / without["median"],
-                         "bandwidth_GBps": moved / (without["median"] * 1e-3) / 1e9})
-    hybrid = (_hybrid_forward_share(args.hybrid_tokens, args.hybrid_hidden, args.hybrid_chunk, args.repeats,
-                                    args.device) if args.hybrid_tokens else None)
+            without = record(
+                "deltas_kernel",
+                f"{case} without drift",
+                _time(fn_without, args.repeats, args.device),
+                "ms",
+                args.device,
+            )
+            with_d = (
+                record(
+                    "deltas_kernel", f"{case} with drift", _time(fn_with, args.repeats, args.device), "ms", args.device
+                )
+                if fn_with
+                else dict.fromkeys(stats, nan)
+            )
+            rows.append(
+                {
+                    "impl": impl,
+                    "T": T,
+                    "heads": args.heads,
+                    "head_dim": args.head_dim,
+                    "dtype": args.dtype,
+                    "with_drift_ms": with_d["median"],
+                    "with_drift_p20_ms": with_d["p20"],
+                    "with_drift_p80_ms": with_d["p80"],
+                    "without_drift_ms": without["median"],
+                    "drift_cost_ratio": with_d["median"] / without["median"],
+                    "bandwidth_GBps": moved / (without["median"] * 1e-3) / 1e9,
+                }
+            )
+    hybrid = (
+        _hybrid_forward_share(args.hybrid_tokens, args.hybrid_hidden, args.hybrid_chunk, args.repeats, args.device)
+        if args.hybrid_tokens
+        else None
+    )
     if args.device == "cuda" and fla_rule is None:
         print("fla-core is not installed (module fla): no flash-linear-attention row")
     where = "device" if args.device == "cuda" else "interpreter on CPU"
-    print(f"kernel vs reference ({where}): max abs error o/state {max_err:.2e}, max rel error drift {drift_rel_err:.2e}")
+    print(
+        f"kernel vs reference ({where}): max abs error o/state {max_err:.2e}, max rel error drift {drift_rel_err:.2e}"
+    )
     print(f"{'impl':48s} {'T':>6s} {'with drift ms':>14s} {'without ms':>11s} {'ratio':>6s} {'GB/s':>7s}")
     for r in rows:
-        print(f"{r['impl']:48s} {r['T']:6d} {r['with_drift_ms']:14.3f} {r['without_drift_ms']:11.3f} "
-              f"{r['drift_cost_ratio']:6.3f} {r['bandwidth_GBps']:7.1f}")
+        print(
+            f"{r['impl']:48s} {r['T']:6d} {r['with_drift_ms']:14.3f} {r['without_drift_ms']:11.3f} "
+            f"{r['drift_cost_ratio']:6.3f} {r['bandwidth_GBps']:7.1f}"
+        )
     if hybrid:
-        print(f"hybrid LM streaming forward (d {hybrid['hidden']}, {hybrid['tokens']} tokens in chunks of "
-              f"{hybrid['chunk']}): {hybrid['without_drift_ms']:.1f} ms, with the drift read after every chunk "
-              f"{hybrid['with_drift_ms']:.1f} ms: drift share {hybrid['drift_share']:+.1%} (paper: 1.9%)")
+        print(
+            f"hybrid LM streaming forward (d {hybrid['hidden']}, {hybrid['tokens']} tokens in chunks of "
+            f"{hybrid['chunk']}): {hybrid['without_drift_ms']:.1f} ms, with the drift read after every chunk "
+            f"{hybrid['with_drift_ms']:.1f} ms: drift share {hybrid['drift_share']:+.1%} (paper: 1.9%)"
+        )
     if args.receipt:
         args.receipt.parent.mkdir(parents=True, exist_ok=True)
-        args.receipt.write_text(json.dumps({"benchmark": "deltas_kernel", "args": {k: (v.name if isinstance(v, Path) else str(v)) for k, v in vars(args).items()},
-                                            "device": device_info(), "packages": package_versions(),
-                                            "kernel_max_abs_error": max_err,
-                                            "kernel_drift_max_rel_error": drift_rel_err, "rows": rows,
-                                            "hybrid_forward": hybrid}, indent=1) + "\n")
+        args.receipt.write_text(
+            json.dumps(
+                {
+                    "benchmark": "deltas_kernel",
+                    "args": {k: (v.name if isinstance(v, Path) else str(v)) for k, v in vars(args).items()},
+                    "device": device_info(),
+                    "packages": package_versions(),
+                    "kernel_max_abs_error": max_err,
+                    "kernel_drift_max_rel_error": drift_rel_err,
+                    "rows": rows,
+                    "hybrid_forward": hybrid,
+                },
+                indent=1,
+            )
+            + "\n"
+        )
     return 0
 
 

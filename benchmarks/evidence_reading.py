@@ -27,17 +27,26 @@ def cases(root: Path) -> dict[str, list[str]]:
     chapters = sorted(p.parent.name for p in (root / "book" / "runs").glob("*/cpu") if p.is_dir())
     claims = Path(tempfile.gettempdir()) / "agentpost-bench-claims.json"
     claims.write_text(json.dumps({}))
-    return {"list": ["list"], "validate": ["validate"],
-            **{f"compare {c}": ["compare", c, "--profile", "cpu"] for c in chapters},
-            "ledger": ["ledger", "--claims-report", str(claims)]}
+    return {
+        "list": ["list"],
+        "validate": ["validate"],
+        **{f"compare {c}": ["compare", c, "--profile", "cpu"] for c in chapters},
+        "ledger": ["ledger", "--claims-report", str(claims)],
+    }
 
 
 def wall(root: Path, args: list[str]) -> float:
     """Seconds of ``python -m agentpost ARGS`` run in ``root`` (its own package first on the path)."""
     env = {**os.environ, "AGENTPOST_ROOT": str(root), "PYTHONPATH": str(root)}
     t0 = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "agentpost", *args], cwd=root, env=env, check=True,
-                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    subprocess.run(
+        [sys.executable, "-m", "agentpost", *args],
+        cwd=root,
+        env=env,
+        check=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     return time.perf_counter() - t0
 
 
@@ -54,9 +63,12 @@ def main() -> None:
         now = record("evidence_reading", name, [wall(ROOT, argv) for _ in range(args.repeats)], "s")["median"]
         line = f"{name:28} {now:9.2f}"
         if args.baseline:
-            before = record("evidence_reading", f"{name} (baseline)",
-                            [wall(args.baseline, argv) for _ in range(args.baseline_repeats or args.repeats)],
-                            "s")["median"]
+            before = record(
+                "evidence_reading",
+                f"{name} (baseline)",
+                [wall(args.baseline, argv) for _ in range(args.baseline_repeats or args.repeats)],
+                "s",
+            )["median"]
             line += f" {before:11.2f} {now / before:7.3f}"
         print(line, flush=True)
 

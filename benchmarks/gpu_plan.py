@@ -108,8 +108,11 @@ def load_plan(path: Path | None = None) -> Plan:
     for key in SETTINGS:
         if key != "seeds" and not (isinstance(settings[key], (int, float)) and settings[key] > 0):
             _fail(f"{path}: settings.{key}", f"must be a positive number, not {settings[key]!r}")
-    if not (isinstance(settings["seeds"], list) and settings["seeds"]
-            and all(isinstance(s, int) and not isinstance(s, bool) for s in settings["seeds"])):
+    if not (
+        isinstance(settings["seeds"], list)
+        and settings["seeds"]
+        and all(isinstance(s, int) and not isinstance(s, bool) for s in settings["seeds"])
+    ):
         _fail(f"{path}: settings.seeds", "must be a non-empty list of integers")
     items = [_item(path, e, kind=None) for e in doc["first"] or []]
     profiles = [_item(path, e, kind="profile") for e in doc["profiles"] or []]
@@ -154,13 +157,48 @@ def _item(path: Path, e, kind: str | None) -> Item:
             _fail(where, "dry_params must be a non-empty mapping of parameter overrides")
         if not isinstance(e.get("cpu_only", False), bool):
             _fail(where, "cpu_only must be true or false")
-        argv = ("{py}", "-m", "agentpost", "run", "{chapter}", "--profile", "a100", "--seeds", "{seeds}",
-                "--jobs", "{jobs}")
-        dry = None if dry_params is None else (
-            "{py}", "-m", "agentpost", "run", "{chapter}", "--profile", "a100", "--seeds", "{seeds}", "--jobs",
-            "{jobs}", *(a for k, v in dry_params.items() for a in ("-p", f"{k}={json.dumps(v)}")))
-        return Item(f"profile-{e['chapter']}", "profile", float(minutes), argv, dry, (*PROFILE_NEEDS, *needs), {},
-                    e["chapter"], e.get("cpu_only", False))
+        argv = (
+            "{py}",
+            "-m",
+            "agentpost",
+            "run",
+            "{chapter}",
+            "--profile",
+            "a100",
+            "--seeds",
+            "{seeds}",
+            "--jobs",
+            "{jobs}",
+        )
+        dry = (
+            None
+            if dry_params is None
+            else (
+                "{py}",
+                "-m",
+                "agentpost",
+                "run",
+                "{chapter}",
+                "--profile",
+                "a100",
+                "--seeds",
+                "{seeds}",
+                "--jobs",
+                "{jobs}",
+                *(a for k, v in dry_params.items() for a in ("-p", f"{k}={json.dumps(v)}")),
+            )
+        )
+        return Item(
+            f"profile-{e['chapter']}",
+            "profile",
+            float(minutes),
+            argv,
+            dry,
+            (*PROFILE_NEEDS, *needs),
+            {},
+            e["chapter"],
+            e.get("cpu_only", False),
+        )
     dry = e.get("dry")
     if dry is not None and not (isinstance(dry, list) and all(isinstance(a, str) for a in dry)):
         _fail(where, "dry must be a list of strings")
@@ -169,8 +207,15 @@ def _item(path: Path, e, kind: str | None) -> Item:
         _fail(where, "env must map names to strings")
     if not isinstance(e.get("name"), str):
         _fail(where, "an item needs a `name`")
-    return Item(e["name"], e["kind"], float(minutes), tuple(e["argv"]), tuple(dry) if dry is not None else None,
-                tuple(needs), env)
+    return Item(
+        e["name"],
+        e["kind"],
+        float(minutes),
+        tuple(e["argv"]),
+        tuple(dry) if dry is not None else None,
+        tuple(needs),
+        env,
+    )
 
 
 def item_minutes(item: Item, settings: dict, dry: bool = False) -> float:
@@ -198,8 +243,13 @@ def prediction_table(plan: Plan) -> str:
 
 def _fill(args: tuple[str, ...], item: Item, settings: dict, out: Path, dry: bool) -> list[str]:
     seeds = settings["seeds"][:1] if dry else settings["seeds"]
-    values = {"py": sys.executable, "out": str(out), "jobs": "1" if dry else str(int(settings["jobs"])),
-              "seeds": ",".join(map(str, seeds)), "chapter": item.chapter or ""}
+    values = {
+        "py": sys.executable,
+        "out": str(out),
+        "jobs": "1" if dry else str(int(settings["jobs"])),
+        "seeds": ",".join(map(str, seeds)),
+        "chapter": item.chapter or "",
+    }
     return [a.format(**values) for a in args]
 
 
@@ -215,8 +265,9 @@ def _run(argv: list[str], env: dict, log: Path, limit_s: float | None, grace_s: 
         shown = [Path(a).name if a == sys.executable else a.replace(str(log.parent), "$OUT") for a in argv]
         fh.write(f"$ {' '.join(shown)}\n")  # no machine paths in a log that may be committed
         fh.flush()
-        proc = subprocess.Popen(argv, cwd=project_root(), env=env, stdout=fh, stderr=subprocess.STDOUT,
-                                start_new_session=True)
+        proc = subprocess.Popen(
+            argv, cwd=project_root(), env=env, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True
+        )
         try:
             rc = proc.wait(timeout=None if limit_s is None else max(limit_s, 0.0))
             return rc, time.monotonic() - t0
@@ -244,8 +295,9 @@ def _signal_group(proc: subprocess.Popen, sig: int) -> None:
         pass
 
 
-def execute(plan: Plan, budget_s: float, out: Path, dry: bool = False, only: list[str] | None = None,
-            say=print) -> list[Outcome]:
+def execute(
+    plan: Plan, budget_s: float, out: Path, dry: bool = False, only: list[str] | None = None, say=print
+) -> list[Outcome]:
     """Try every item in order within ``budget_s`` seconds (a ``dry`` run applies no budget); returns one
     :class:`Outcome` per item."""
     s = plan.settings
@@ -269,11 +321,20 @@ def execute(plan: Plan, budget_s: float, out: Path, dry: bool = False, only: lis
         elif missing := _missing(item.needs):
             outcomes.append(Outcome(item, "skipped", f"missing python packages {missing} (carry wheels: WHEELS=)"))
         elif not dry and predicted * 60 > left:
-            outcomes.append(Outcome(item, "skipped", f"predicted {predicted:.1f} min > {max(left, 0) / 60:.1f} min left"))
+            outcomes.append(
+                Outcome(item, "skipped", f"predicted {predicted:.1f} min > {max(left, 0) / 60:.1f} min left")
+            )
         else:
             limit = None if dry else min(left, predicted * 60 * s["overrun"])
-            say(f"== {item.name}: " + ("rehearsal, no time limit" if limit is None else
-                                       f"predicted {predicted:.1f} min, stopped after {limit / 60:.1f} min"), flush=True)
+            say(
+                f"== {item.name}: "
+                + (
+                    "rehearsal, no time limit"
+                    if limit is None
+                    else f"predicted {predicted:.1f} min, stopped after {limit / 60:.1f} min"
+                ),
+                flush=True,
+            )
             env = base_env if dry else {**base_env, **item.env}
             rc, wall = _run(_fill(argv, item, s, out, dry), env, out / f"{item.name}.log", limit, s["grace_s"])
             if rc is None:
@@ -320,7 +381,7 @@ def pack(out: Path, runs: list[Path], bundle: bool) -> list[Path]:
     pieces = []
     for n, start in enumerate(range(0, len(data), PIECE_BYTES)):
         pieces.append(out / f"{stem}.tar.gz.part{n}")
-        pieces[-1].write_bytes(data[start:start + PIECE_BYTES])
+        pieces[-1].write_bytes(data[start : start + PIECE_BYTES])
     return pieces
 
 
@@ -339,32 +400,56 @@ def evidence_verdicts(folder: Path) -> list[str]:
         for (chapter, name), runs in sorted(groups.items()):
             counted = counted_configuration(runs)
             reasons = gpu_evidence_problems([r.receipt for r in counted]) if counted else ["no valid run"]
-            lines.append(f"GPU evidence {chapter}/{name}{label}: "
-                         + ("yes" if not reasons else "no: " + "; ".join(reasons)))
+            lines.append(
+                f"GPU evidence {chapter}/{name}{label}: " + ("yes" if not reasons else "no: " + "; ".join(reasons))
+            )
     return lines
 
 
 def outcome_table(outcomes: list[Outcome], settings: dict) -> str:
     """What ran, what was skipped and why; "predicted min" is the GPU prediction (a dry run does not apply it)."""
     head = ("item", "kind", "predicted min", "status", "wall min", "note")
-    rows = [(o.item.name, o.item.kind, f"{item_minutes(o.item, settings):.1f}", o.status,
-             "-" if o.wall_s is None else f"{o.wall_s / 60:.1f}", o.note) for o in outcomes]
+    rows = [
+        (
+            o.item.name,
+            o.item.kind,
+            f"{item_minutes(o.item, settings):.1f}",
+            o.status,
+            "-" if o.wall_s is None else f"{o.wall_s / 60:.1f}",
+            o.note,
+        )
+        for o in outcomes
+    ]
     widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(head)]
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in [head, *rows])
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="gpu_all.sh", description=__doc__.splitlines()[0])
-    ap.add_argument("--budget-s", type=float, default=570.0,
-                    help="seconds for everything (default 570: the device tool allows 600 s per command)")
+    ap.add_argument(
+        "--budget-s",
+        type=float,
+        default=570.0,
+        help="seconds for everything (default 570: the device tool allows 600 s per command)",
+    )
     ap.add_argument("--out", type=Path, default=None, help="receipts and logs (default $OUT, else benchmarks/receipts)")
     ap.add_argument("--only", nargs="+", default=None, metavar="NAME", help="items to try (names as --list shows)")
-    ap.add_argument("--dry-run-cpu", action="store_true",
-                    help="rehearse on the CPU: tiny sizes, device cpu, Triton interpreter; proves no GPU evidence")
-    ap.add_argument("--seeds", default=None, metavar="S1,S2,...",
-                    help="the profiles' seeds instead of the file's (e.g. one seed per 10-minute command)")
-    ap.add_argument("--bundle", action="store_true",
-                    help="pack every output but gpu_all.txt into gpu-all.tar.gz.partN (the device tool returns 8 files)")
+    ap.add_argument(
+        "--dry-run-cpu",
+        action="store_true",
+        help="rehearse on the CPU: tiny sizes, device cpu, Triton interpreter; proves no GPU evidence",
+    )
+    ap.add_argument(
+        "--seeds",
+        default=None,
+        metavar="S1,S2,...",
+        help="the profiles' seeds instead of the file's (e.g. one seed per 10-minute command)",
+    )
+    ap.add_argument(
+        "--bundle",
+        action="store_true",
+        help="pack every output but gpu_all.txt into gpu-all.tar.gz.partN (the device tool returns 8 files)",
+    )
     ap.add_argument("--plan", type=Path, default=None, help=f"predictions file (default {PREDICTIONS})")
     ap.add_argument("--list", action="store_true", help="print the predicted-minutes table and exit")
     args = ap.parse_args(argv)
@@ -404,11 +489,27 @@ def main(argv=None) -> int:
     table = outcome_table(outcomes, plan.settings)
     verdicts = (out / "validate.log").read_text().rstrip() if runs else "no a100 run to validate"
     (out / "gpu_all.txt").write_text(f"{mode}, budget {args.budget_s:.0f} s\n{table}\n{verdicts}\n")
-    (out / "gpu_all.json").write_text(json.dumps(
-        {"mode": mode, "budget_s": args.budget_s, "runs": [p.relative_to(project_root()).as_posix() for p in runs],
-         "items": [{"name": o.item.name, "kind": o.item.kind, "status": o.status, "note": o.note,
-                    "wall_s": o.wall_s, "predicted_min": item_minutes(o.item, plan.settings)}
-                   for o in outcomes]}, indent=2))
+    (out / "gpu_all.json").write_text(
+        json.dumps(
+            {
+                "mode": mode,
+                "budget_s": args.budget_s,
+                "runs": [p.relative_to(project_root()).as_posix() for p in runs],
+                "items": [
+                    {
+                        "name": o.item.name,
+                        "kind": o.item.kind,
+                        "status": o.status,
+                        "note": o.note,
+                        "wall_s": o.wall_s,
+                        "predicted_min": item_minutes(o.item, plan.settings),
+                    }
+                    for o in outcomes
+                ],
+            },
+            indent=2,
+        )
+    )
     pieces = pack(out, runs, args.bundle)
     print(table)
     print(verdicts)

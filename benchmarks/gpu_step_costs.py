@@ -99,11 +99,13 @@ def _train_step(model, batch_fn):
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
+
     return step
 
 
 def _qwen3(cfg):
     import transformers
+
     torch.manual_seed(0)
     return transformers.Qwen3ForCausalLM(cfg)
 
@@ -122,6 +124,7 @@ def _decode_step(model, batch: int, context: int, device: str):
         with torch.no_grad():
             model(input_ids=tok, use_cache=True, logits_to_keep=1, **{name: past})
             past.crop(-1)  # drop the token again: every call decodes at the same length
+
     return step
 
 
@@ -130,12 +133,14 @@ def _generate_step(model, batch: int, context: int, new_tokens: int, sample: boo
     the prefill, one forward per further token, and generate's own per-token operators (sampling, stopping checks)."""
     model = model.to(device).eval()
     ids = torch.randint(2, model.config.vocab_size, (batch, context), device=device)
-    kwargs = dict(max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=sample, pad_token_id=0,
-                  eos_token_id=1)
+    kwargs = dict(
+        max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=sample, pad_token_id=0, eos_token_id=1
+    )
 
     def step():
         with torch.no_grad():
             model.generate(ids, **kwargs)
+
     return step
 
 
@@ -147,6 +152,7 @@ def _lm_train(model, seq_len: int, device: str):
 
 def _kite_sst(device: str):
     from agentpost.kite.model import build
+
     model = build("sst", d_model=256, n_heads=4, d_ff=1024, n_prefill=2, n_decode=2).to(device)
     tokens = torch.randint(0, 4096, (1, 256), device=device)
     return _train_step(model, lambda: torch.nn.functional.cross_entropy(model(tokens).flatten(0, 1), tokens.flatten()))
@@ -154,9 +160,13 @@ def _kite_sst(device: str):
 
 def _deltas_hybrid_model(device: str):
     from agentpost.deltas.hybrid import HybridConfig, HybridForCausalLM
+
     h = 256  # params/deltas/a100.yaml lm_hidden_size, sized as the notebook does
-    return HybridForCausalLM(HybridConfig(hidden_size=h, intermediate_size=3 * h, linear_num_heads=h // 64,
-                                          num_attention_heads=h // 64, head_dim=64)).to(device)
+    return HybridForCausalLM(
+        HybridConfig(
+            hidden_size=h, intermediate_size=3 * h, linear_num_heads=h // 64, num_attention_heads=h // 64, head_dim=64
+        )
+    ).to(device)
 
 
 def _deltas_hybrid(device: str):
@@ -175,6 +185,7 @@ def _deltas_hybrid_chunk(device: str):
     def step():
         with torch.no_grad():
             model(ids, state=state)
+
     return step
 
 
@@ -184,33 +195,64 @@ def steps() -> dict:
     from agentpost.models.lm import tool_lm_config
 
     def opsd_lm():
-        arch = {"hidden_size": 256, "intermediate_size": 768, "num_hidden_layers": 6, "num_attention_heads": 8,
-                "num_key_value_heads": 2, "head_dim": 32}  # params/opsd/a100.yaml pretrain_arch
+        arch = {
+            "hidden_size": 256,
+            "intermediate_size": 768,
+            "num_hidden_layers": 6,
+            "num_attention_heads": 8,
+            "num_key_value_heads": 2,
+            "head_dim": 32,
+        }  # params/opsd/a100.yaml pretrain_arch
         return _qwen3(arith_lm.config(**arch))
 
     def annotation_lm():
         from agentpost.madrl.annotation_lm import load_annotation_lm
+
         return load_annotation_lm()[0]
 
     return {
-        "tool_lm_train_1024": ("tool LM (3.8 M) update, one 1024-token row (codeskills SFT)", 32,
-                               lambda d: _lm_train(_qwen3(tool_lm_config()), 1024, d)),
-        "tool_lm_decode": ("tool LM one decode token after 1024 (codeskills controller, actkv)", 1,
-                           lambda d: _decode_step(_qwen3(tool_lm_config()), 1, 1024, d)),
-        "opsd_lm_train_160": ("OPSD a100 LM (6 layers, 256 wide) update, one 160-token row", 32,
-                              lambda d: _lm_train(opsd_lm(), 160, d)),
-        "opsd_lm_decode": ("OPSD a100 LM one decode token, 32 rows after 64", 1,
-                           lambda d: _decode_step(opsd_lm(), 32, 64, d)),
-        "opsd_lm_generate_16": ("OPSD a100 LM generate call, 32 rows after 64, 16 sampled tokens (an OPSD rollout)", 1,
-                                lambda d: _generate_step(opsd_lm(), 32, 64, 16, True, d)),
-        "tool_lm_generate_6": ("tool LM generate call, 1024-token prompt + 6 greedy tokens (a codeskills decision)", 1,
-                               lambda d: _generate_step(_qwen3(tool_lm_config()), 1, 1024, 6, False, d)),
-        "madrl_lm_decode": ("MaD-RL annotation LM one decode token, 128 rows after 96 (one copy)", 1,
-                            lambda d: _decode_step(annotation_lm(), 128, 96, d)),
+        "tool_lm_train_1024": (
+            "tool LM (3.8 M) update, one 1024-token row (codeskills SFT)",
+            32,
+            lambda d: _lm_train(_qwen3(tool_lm_config()), 1024, d),
+        ),
+        "tool_lm_decode": (
+            "tool LM one decode token after 1024 (codeskills controller, actkv)",
+            1,
+            lambda d: _decode_step(_qwen3(tool_lm_config()), 1, 1024, d),
+        ),
+        "opsd_lm_train_160": (
+            "OPSD a100 LM (6 layers, 256 wide) update, one 160-token row",
+            32,
+            lambda d: _lm_train(opsd_lm(), 160, d),
+        ),
+        "opsd_lm_decode": (
+            "OPSD a100 LM one decode token, 32 rows after 64",
+            1,
+            lambda d: _decode_step(opsd_lm(), 32, 64, d),
+        ),
+        "opsd_lm_generate_16": (
+            "OPSD a100 LM generate call, 32 rows after 64, 16 sampled tokens (an OPSD rollout)",
+            1,
+            lambda d: _generate_step(opsd_lm(), 32, 64, 16, True, d),
+        ),
+        "tool_lm_generate_6": (
+            "tool LM generate call, 1024-token prompt + 6 greedy tokens (a codeskills decision)",
+            1,
+            lambda d: _generate_step(_qwen3(tool_lm_config()), 1, 1024, 6, False, d),
+        ),
+        "madrl_lm_decode": (
+            "MaD-RL annotation LM one decode token, 128 rows after 96 (one copy)",
+            1,
+            lambda d: _decode_step(annotation_lm(), 128, 96, d),
+        ),
         "kite_sst_train_256": ("KITE SST (d 256, 2+2) update, one 256-token row", 32, _kite_sst),
         "deltas_hybrid_train_1024": ("DeltaS hybrid LM (d 256) update, one 1024-token row", 16, _deltas_hybrid),
-        "deltas_hybrid_chunk_32": ("DeltaS hybrid LM (d 256) forward of one 32-token chunk on 960 cached tokens", 1,
-                                   _deltas_hybrid_chunk),
+        "deltas_hybrid_chunk_32": (
+            "DeltaS hybrid LM (d 256) forward of one 32-token chunk on 960 cached tokens",
+            1,
+            _deltas_hybrid_chunk,
+        ),
     }
 
 
@@ -240,14 +282,25 @@ def main(argv=None) -> int:
             continue
         flops *= batch
         ms = model_ms(launches, flops)
-        rows.append({"step": name, "what": what, "launches": launches, "gflop": flops / 1e9, "batch": batch,
-                     "model_ms": ms, "measured_ms_batch1": measured, "device": args.device})
+        rows.append(
+            {
+                "step": name,
+                "what": what,
+                "launches": launches,
+                "gflop": flops / 1e9,
+                "batch": batch,
+                "model_ms": ms,
+                "measured_ms_batch1": measured,
+                "device": args.device,
+            }
+        )
         shown = "-" if measured is None else f"{measured:7.1f}"
         print(f"{name:26} {launches:8d} {flops / 1e9:8.1f} {batch:5d} {ms:8.1f} {shown:>7}  {what}", flush=True)
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps({"launch_us": LAUNCH_US, "sustained_flops": SUSTAINED_FLOPS, "rows": rows},
-                                       indent=2))
+        args.out.write_text(
+            json.dumps({"launch_us": LAUNCH_US, "sustained_flops": SUSTAINED_FLOPS, "rows": rows}, indent=2)
+        )
     return 0
 
 

@@ -46,8 +46,11 @@ def main() -> None:
                 cost[m].append(time.perf_counter() - t0)
         s = record("graft_graph_cost", f"N={n} sample group", sample, "s")["median"]
         med = {m: record("graft_graph_cost", f"N={n} {m} credit", v, "s")["median"] for m, v in cost.items()}
-        print(f"{n:3d} {1e3 * s:10.2f} " + " ".join(f"{1e3 * med[m]:12.3f}" for m in methods)
-              + f" {med['graft_gae'] / s:17.4f}")
+        print(
+            f"{n:3d} {1e3 * s:10.2f} "
+            + " ".join(f"{1e3 * med[m]:12.3f}" for m in methods)
+            + f" {med['graft_gae'] / s:17.4f}"
+        )
 
 
 if __name__ == "__main__":

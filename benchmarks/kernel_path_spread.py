@@ -90,8 +90,10 @@ def pattern(name: str) -> str:
 def spread_table(per_path: dict[str, dict]) -> dict[str, dict]:
     """Per name pattern (:func:`pattern`): ``spread``, the largest ``max - min`` over the paths of any number it
     covers, and ``values``, the sorted strings seen on any path where it covers strings (one when they agree)."""
-    flat = {p: {k: v for name, val in scraps.items() for k, v in flatten(val, name).items()}
-            for p, scraps in per_path.items()}
+    flat = {
+        p: {k: v for name, val in scraps.items() for k, v in flatten(val, name).items()}
+        for p, scraps in per_path.items()
+    }
     rows: dict[str, dict] = {}
     for k in sorted(set().union(*flat.values())):
         values = [flat[p][k] for p in flat if k in flat[p]]
@@ -128,8 +130,16 @@ def paired_spread(per_path: dict[str, dict]) -> list[dict]:
         verdicts = {p: s[name]["verdict"] for p, s in per_path.items() if name in s}
         mdes = [s[name]["mde"] for s in per_path.values() if name in s]
         spread = max(est.values()) - min(est.values())
-        rows.append({"comparison": name, "estimate": est, "estimate_spread": spread,
-                     "mde": max(mdes), "verdicts": verdicts, "spread_below_mde": spread == 0.0 or spread < max(mdes)})
+        rows.append(
+            {
+                "comparison": name,
+                "estimate": est,
+                "estimate_spread": spread,
+                "mde": max(mdes),
+                "verdicts": verdicts,
+                "spread_below_mde": spread == 0.0 or spread < max(mdes),
+            }
+        )
     return rows
 
 
@@ -137,8 +147,10 @@ def earlier_paths(old: dict) -> tuple[dict[str, dict], list[dict], dict[str, dic
     """A spread file's rows, its paired rows over its measured paths (not its ``committed`` column) and their
     environments, the paths named ``path@machine``, so a run on another machine can add its paths (``--keep``)."""
     label = {p: p if "@" in p else f"{p}@{old['device']['name']}" for p in old["paths"]}
-    paired = [r | {key: {label[p]: v for p, v in r[key].items() if p in label} for key in ("estimate", "verdicts")}
-              for r in old["paired"]]
+    paired = [
+        r | {key: {label[p]: v for p, v in r[key].items() if p in label} for key in ("estimate", "verdicts")}
+        for r in old["paired"]
+    ]
     return old["values"], paired, {label[p]: old["environments"][p] for p in label}
 
 
@@ -150,8 +162,16 @@ def merge_paired(rows: list[dict], earlier: list[dict]) -> list[dict]:
         e = before.get(r["comparison"], {"estimate": {}, "verdicts": {}, "mde": r["mde"]})
         est, verdicts = e["estimate"] | r["estimate"], e["verdicts"] | r["verdicts"]
         spread, mde = max(est.values()) - min(est.values()), max(r["mde"], e["mde"])
-        merged.append(r | {"estimate": est, "verdicts": verdicts, "estimate_spread": spread, "mde": mde,
-                           "spread_below_mde": spread == 0.0 or spread < mde})
+        merged.append(
+            r
+            | {
+                "estimate": est,
+                "verdicts": verdicts,
+                "estimate_spread": spread,
+                "mde": mde,
+                "spread_below_mde": spread == 0.0 or spread < mde,
+            }
+        )
     return merged
 
 
@@ -160,9 +180,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("chapters", nargs="+")
     parser.add_argument("--paths", default=",".join(DEFAULT_PATHS), help="comma-separated kernel paths to run")
     parser.add_argument("--jobs", type=int, default=1, help="kernel paths run at once (each in its own process)")
-    parser.add_argument("--keep", action="store_true",
-                        help="keep the paths the chapter's spread file already holds (another machine's: named "
-                             "path@machine) and add these, so the tolerances cover both CPUs")
+    parser.add_argument(
+        "--keep",
+        action="store_true",
+        help="keep the paths the chapter's spread file already holds (another machine's: named "
+        "path@machine) and add these, so the tolerances cover both CPUs",
+    )
     args = parser.parse_args(argv)
     paths = args.paths.split(",")
     unknown = sorted(set(paths) - set(KERNEL_PATHS))
@@ -189,15 +212,26 @@ def main(argv: list[str] | None = None) -> int:
             earlier_rows, earlier, earlier_environments = earlier_paths(json.loads(out.read_text()))
             rows, paired = merge_rows(rows, earlier_rows), merge_paired(paired, earlier)
             environments = earlier_environments | environments
-        result = {"chapter": chapter, "seed": 42, "profile": "smoke (notebook defaults)", "paths": list(environments),
-                  "environments": environments, "wall_s": {labels[p]: w for p, w in walls.items()}, "device": device,
-                  "packages": package_versions(), "paired": paired, "values": rows}
+        result = {
+            "chapter": chapter,
+            "seed": 42,
+            "profile": "smoke (notebook defaults)",
+            "paths": list(environments),
+            "environments": environments,
+            "wall_s": {labels[p]: w for p, w in walls.items()},
+            "device": device,
+            "packages": package_versions(),
+            "paired": paired,
+            "values": rows,
+        }
         out.write_text(json.dumps(result, indent=1, sort_keys=True) + "\n")
         print(f"\n{chapter}: {len(result['values'])} glued name patterns over paths {paths} -> {out.relative_to(ROOT)}")
         print(f"{'comparison':48s} {'spread':>10s} {'MDE':>10s}  verdicts")
         for row in result["paired"]:
-            print(f"{row['comparison']:48s} {row['estimate_spread']:10.4g} {row['mde']:10.4g}  "
-                  f"{sorted(set(row['verdicts'].values()))}")
+            print(
+                f"{row['comparison']:48s} {row['estimate_spread']:10.4g} {row['mde']:10.4g}  "
+                f"{sorted(set(row['verdicts'].values()))}"
+            )
         moved = sorted(((r["spread"], k) for k, r in result["values"].items() if r.get("spread")), reverse=True)[:15]
         print("\nlargest numeric spreads:\n" + "\n".join(f"  {k:60s} {s:.3g}" for s, k in moved))
     return 0

@@ -32,10 +32,16 @@ from agentpost.kite.latency import advantage_starts, measure, ratios  # noqa: E4
 
 def _profile(name: str) -> dict:
     params = yaml.safe_load((ROOT / "params" / "kite" / f"{name}.yaml").read_text())["parameters"]
-    return {"device": params["latency_device"], "dtype": params["latency_dtype"], "d_model": params["latency_d_model"],
-            "n_heads": params["latency_n_heads"], "prompts": params["latency_prompts"],
-            "repeats": params["latency_repeats"], "decode_tokens": params["latency_decode_tokens"],
-            "small_d_model": params["latency_small_d_model"]}
+    return {
+        "device": params["latency_device"],
+        "dtype": params["latency_dtype"],
+        "d_model": params["latency_d_model"],
+        "n_heads": params["latency_n_heads"],
+        "prompts": params["latency_prompts"],
+        "repeats": params["latency_repeats"],
+        "decode_tokens": params["latency_decode_tokens"],
+        "small_d_model": params["latency_small_d_model"],
+    }
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -52,41 +58,86 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--threads", type=int, default=1, help="CPU threads (ignored on CUDA)")
     ap.add_argument("--receipt", type=Path, help="write a JSON receipt here")
     args = ap.parse_args(argv)
-    cfg = {"device": args.device, "dtype": args.dtype, "d_model": args.d_model, "n_heads": args.n_heads,
-           "prompts": args.prompts, "repeats": args.repeats, "decode_tokens": args.decode_tokens,
-           "small_d_model": args.small_d_model}
+    cfg = {
+        "device": args.device,
+        "dtype": args.dtype,
+        "d_model": args.d_model,
+        "n_heads": args.n_heads,
+        "prompts": args.prompts,
+        "repeats": args.repeats,
+        "decode_tokens": args.decode_tokens,
+        "small_d_model": args.small_d_model,
+    }
     if args.profile:
         cfg.update(_profile(args.profile))
-    common = dict(repeats=cfg["repeats"], decode_tokens=cfg["decode_tokens"], device=cfg["device"],
-                  dtype=cfg["dtype"], threads=args.threads)
+    common = dict(
+        repeats=cfg["repeats"],
+        decode_tokens=cfg["decode_tokens"],
+        device=cfg["device"],
+        dtype=cfg["dtype"],
+        threads=args.threads,
+    )
     start = time.time()
-    rows = measure(prompt_lengths=cfg["prompts"], d_model=cfg["d_model"], n_heads=cfg["n_heads"],
-                   d_ff=4 * cfg["d_model"], **common)
+    rows = measure(
+        prompt_lengths=cfg["prompts"], d_model=cfg["d_model"], n_heads=cfg["n_heads"], d_ff=4 * cfg["d_model"], **common
+    )
     small_prompts = sorted({min(cfg["prompts"]), max(cfg["prompts"])})
-    small = measure(prompt_lengths=small_prompts, d_model=cfg["small_d_model"], n_heads=2,
-                    d_ff=4 * cfg["small_d_model"], **common)
+    small = measure(
+        prompt_lengths=small_prompts, d_model=cfg["small_d_model"], n_heads=2, d_ff=4 * cfg["small_d_model"], **common
+    )
     table = ratios(rows)
     starts = advantage_starts(rows)
     pd.set_option("display.width", 200)
-    cols = ["arm", "prompt", "d_model", "prefill_ms", "prefill_ms_p20", "prefill_ms_p80", "decode_ms_per_token",
-            "prefill_gflops_per_s", "decode_gflops_per_s"]
+    cols = [
+        "arm",
+        "prompt",
+        "d_model",
+        "prefill_ms",
+        "prefill_ms_p20",
+        "prefill_ms_p80",
+        "decode_ms_per_token",
+        "prefill_gflops_per_s",
+        "decode_gflops_per_s",
+    ]
     print(pd.DataFrame(rows + small)[cols].to_string(index=False, float_format=lambda x: f"{x:.4g}"))
     print("\nratios vs dense_flops (same run):")
     print(table.to_string(index=False, float_format=lambda x: f"{x:.3f}"))
     print(f"\nSST prefill advantage over dense_flops starts at prompt length: {starts}")
     for r in rows + small:
         case = f"{r['arm']} prompt={r['prompt']} d={r['d_model']}"
-        emit("kite_latency", f"{case} prefill", r["prefill_ms"], r["prefill_ms_p20"], r["prefill_ms_p80"], "ms",
-             cfg["device"])
-        emit("kite_latency", f"{case} decode/token", r["decode_ms_per_token"], r["decode_ms_p20"], r["decode_ms_p80"],
-             "ms", cfg["device"])
+        emit(
+            "kite_latency",
+            f"{case} prefill",
+            r["prefill_ms"],
+            r["prefill_ms_p20"],
+            r["prefill_ms_p80"],
+            "ms",
+            cfg["device"],
+        )
+        emit(
+            "kite_latency",
+            f"{case} decode/token",
+            r["decode_ms_per_token"],
+            r["decode_ms_p20"],
+            r["decode_ms_p80"],
+            "ms",
+            cfg["device"],
+        )
     receipt = {
-        "schema": 1, "benchmark": "kite_latency", "paper": "kite", "settings": cfg, "threads": args.threads,
-        "device": device_info(cfg["device"]), "packages": package_versions(),
+        "schema": 1,
+        "benchmark": "kite_latency",
+        "paper": "kite",
+        "settings": cfg,
+        "threads": args.threads,
+        "device": device_info(cfg["device"]),
+        "packages": package_versions(),
         "timing": "cuda events" if cfg["device"] == "cuda" else "process cpu time",
         "started": dt.datetime.fromtimestamp(start, dt.timezone.utc).isoformat(timespec="seconds"),
-        "wall_s": round(time.time() - start, 1), "rows": rows, "small_width_rows": small,
-        "ratios": table.to_dict(orient="records"), "sst_prefill_advantage_starts_at": starts,
+        "wall_s": round(time.time() - start, 1),
+        "rows": rows,
+        "small_width_rows": small,
+        "ratios": table.to_dict(orient="records"),
+        "sst_prefill_advantage_starts_at": starts,
     }
     if args.receipt:
         args.receipt.parent.mkdir(parents=True, exist_ok=True)

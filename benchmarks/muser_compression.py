@@ -43,20 +43,39 @@ def measure(lengths, *, dim: int, batch: int, recent: int, mid_frac: float, repe
         hist = torch.randint(1, 1001, (batch, L), generator=torch.Generator().manual_seed(L))
         out = {}
         for name, strides in (("raw", (1, 1, 1)), ("compressed", (1, 16, 64))):
-            cfg = MuSeRConfig(n_items=1000, dim=dim, max_len=L, recent_len=recent, mid_len=mid, strides=strides,
-                              heads=4, dropout=0.0, split_serving=True)
+            cfg = MuSeRConfig(
+                n_items=1000,
+                dim=dim,
+                max_len=L,
+                recent_len=recent,
+                mid_len=mid,
+                strides=strides,
+                heads=4,
+                dropout=0.0,
+                split_serving=True,
+            )
             m = MuSeR(cfg).eval()
             out[name] = _median_ms(lambda: m(hist), repeats, f"L={L} {name} forward, batch {batch}")
             out[f"{name}_tokens"] = compressed_length(L, recent, mid, strides)
             if name == "compressed":
                 z, zm = m.tokens(hist)
-                out["short_only"] = _median_ms(lambda: m.encode(z[:, m.n_long:], zm[:, m.n_long:]), repeats,
-                                               f"L={L} short part only, batch {batch}")
-        rows.append({"L": L, "tokens_raw": out["raw_tokens"], "tokens_compressed": out["compressed_tokens"],
-                     "raw_ms": round(out["raw"], 2), "compressed_ms": round(out["compressed"], 2),
-                     "short_part_ms": round(out["short_only"], 2),
-                     "compressed_vs_raw": round(out["compressed"] / out["raw"], 3),
-                     "short_vs_compressed": round(out["short_only"] / out["compressed"], 3)})
+                out["short_only"] = _median_ms(
+                    lambda: m.encode(z[:, m.n_long :], zm[:, m.n_long :]),
+                    repeats,
+                    f"L={L} short part only, batch {batch}",
+                )
+        rows.append(
+            {
+                "L": L,
+                "tokens_raw": out["raw_tokens"],
+                "tokens_compressed": out["compressed_tokens"],
+                "raw_ms": round(out["raw"], 2),
+                "compressed_ms": round(out["compressed"], 2),
+                "short_part_ms": round(out["short_only"], 2),
+                "compressed_vs_raw": round(out["compressed"] / out["raw"], 3),
+                "short_vs_compressed": round(out["short_only"] / out["compressed"], 3),
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -71,9 +90,12 @@ def main(argv=None) -> pd.DataFrame:
     ap.add_argument("--threads", type=int, default=1)
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
-    table = measure(args.lengths, dim=args.dim, batch=args.batch, recent=args.recent, mid_frac=args.mid_frac,
-                    repeats=args.repeats)
-    print(f"MuSeR user tower, CPU, {args.threads} thread(s), d={args.dim}, batch {args.batch}, median of {args.repeats}")
+    table = measure(
+        args.lengths, dim=args.dim, batch=args.batch, recent=args.recent, mid_frac=args.mid_frac, repeats=args.repeats
+    )
+    print(
+        f"MuSeR user tower, CPU, {args.threads} thread(s), d={args.dim}, batch {args.batch}, median of {args.repeats}"
+    )
     print(table.to_string(index=False))
     return table
 

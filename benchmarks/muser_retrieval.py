@@ -52,13 +52,24 @@ def movietweetings_case(arm: str, epochs: int, user_fraction: float, seed: int):
 
     data = load_interactions(user_fraction=user_fraction)
     split = leave_last_out(data, min_eval_len=5)
-    base = MuSeRConfig(n_items=data.n_items, dim=32, max_len=50, recent_len=8, mid_len=16, strides=(1, 4, 8),
-                       num_interests=6, layers=1, heads=2, tau=0.07)
+    base = MuSeRConfig(
+        n_items=data.n_items,
+        dim=32,
+        max_len=50,
+        recent_len=8,
+        mid_len=16,
+        strides=(1, 4, 8),
+        num_interests=6,
+        layers=1,
+        heads=2,
+        tau=0.07,
+    )
     cfg = arm_config(arm, base, num_interests=6, ortho_lambda=0.1, align_weight=0.1)
     if cfg is None or cfg.semantic:
         raise SystemExit(f"--arm {arm}: choose an ID-only arm with interests (multi, compression, sasrec, ...)")
-    model = train_model(cfg, TrainConfig(epochs=epochs, batch_size=512, n_sampled=128), split.train, seed,
-                        progress=False).model
+    model = train_model(
+        cfg, TrainConfig(epochs=epochs, batch_size=512, n_sampled=128), split.train, seed, progress=False
+    ).model
     with torch.no_grad():
         u = model(torch.from_numpy(history_windows(split.test.history, model.window)))
         items = model.items.all_items()
@@ -81,7 +92,7 @@ def serve(catalogue: str, u, retriever: InterestRetriever, build_s: float, *, se
     cfg, items, tau, agg = retriever.cfg, retriever.items, retriever.tau, retriever.interest_agg
     no_seen = [np.array([], dtype=np.int64)] * len(u)
     seen = no_seen if seen is None else seen
-    retriever.topk(u[0], K, seen[0])                                         # warm-up
+    retriever.topk(u[0], K, seen[0])  # warm-up
     times, overlaps, hits, exact_hits = [], [], [], []
     for b in range(len(u)):
         t = time.perf_counter()
@@ -95,12 +106,20 @@ def serve(catalogue: str, u, retriever: InterestRetriever, build_s: float, *, se
     label = "exact" if cfg.kind == "exact" else f"hnsw ef={cfg.ef_search} cand={cfg.candidates}"
     record("muser_retrieval", f"{catalogue} N={len(items)} {label} per request", times, "ms")
     med, p20, p80 = quantiles(times)
-    return {"catalogue": catalogue, "items": len(items), "index": cfg.kind,
-            "ef_search": cfg.ef_search if cfg.kind == "hnsw" else "-", "candidates": cfg.candidates,
-            "build_s": round(build_s, 2), "ms_per_request": round(med, 3), "ms_p20": round(p20, 3),
-            "ms_p80": round(p80, 3), "overlap@10": round(float(np.mean(overlaps)), 4),
-            "recall@10": round(float(np.mean(hits)), 4) if targets is not None else "-",
-            "exact_recall@10": round(float(np.mean(exact_hits)), 4) if targets is not None else "-"}
+    return {
+        "catalogue": catalogue,
+        "items": len(items),
+        "index": cfg.kind,
+        "ef_search": cfg.ef_search if cfg.kind == "hnsw" else "-",
+        "candidates": cfg.candidates,
+        "build_s": round(build_s, 2),
+        "ms_per_request": round(med, 3),
+        "ms_p20": round(p20, 3),
+        "ms_p80": round(p80, 3),
+        "overlap@10": round(float(np.mean(overlaps)), 4),
+        "recall@10": round(float(np.mean(hits)), 4) if targets is not None else "-",
+        "exact_recall@10": round(float(np.mean(exact_hits)), 4) if targets is not None else "-",
+    }
 
 
 def sweep(catalogue: str, u, items, args, *, tau: float, agg: str, seen=None, targets=None) -> list[dict]:
@@ -139,12 +158,16 @@ def main(argv=None) -> pd.DataFrame:
         su, sitems = synthetic_case(args.synthetic_items, items.shape[1], args.synthetic_users, u.shape[1], args.seed)
         rows += sweep("synthetic", su, sitems, args, tau=cfg.tau, agg=cfg.interest_agg)
     table = pd.DataFrame(rows)
-    exact_ms = {cat: table[(table["catalogue"] == cat) & (table["index"] == "exact")]["ms_per_request"].iloc[0]
-                for cat in table["catalogue"].unique()}
+    exact_ms = {
+        cat: table[(table["catalogue"] == cat) & (table["index"] == "exact")]["ms_per_request"].iloc[0]
+        for cat in table["catalogue"].unique()
+    }
     table["vs_exact"] = [round(r.ms_per_request / exact_ms[r.catalogue], 3) for r in table.itertuples()]
-    print(f"MuSeR served retrieval: arm {args.arm} ({u.shape[1]} interests, d={items.shape[1]}), {len(u)} test users "
-          f"(MovieTweetings), one request at a time on {args.threads} thread(s); top-{K}, seen items excluded on "
-          f"MovieTweetings; synthetic catalogue labelled synthetic")
+    print(
+        f"MuSeR served retrieval: arm {args.arm} ({u.shape[1]} interests, d={items.shape[1]}), {len(u)} test users "
+        f"(MovieTweetings), one request at a time on {args.threads} thread(s); top-{K}, seen items excluded on "
+        f"MovieTweetings; synthetic catalogue labelled synthetic"
+    )
     print(table.to_string(index=False))
     return table
 

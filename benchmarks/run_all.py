@@ -33,13 +33,25 @@ QUICK = {
     "graft_graph_cost.py": ["--sizes", "4,8", "--repeats", "3"],
     "kite_latency.py": ["--prompts", "64", "256", "--d-model", "64", "--repeats", "3", "--decode-tokens", "4"],
     "muser_compression.py": ["--lengths", "256", "1024", "--batch", "2", "--repeats", "3"],
-    "muser_retrieval.py": ["--epochs", "1", "--synthetic-items", "20000", "--ef-search", "16", "64", "--candidates", "50"],
+    "muser_retrieval.py": [
+        "--epochs",
+        "1",
+        "--synthetic-items",
+        "20000",
+        "--ef-search",
+        "16",
+        "64",
+        "--candidates",
+        "50",
+    ],
     "toolsearcher_variants.py": ["--steps", "3"],
     "walkthroughs.py": ["--repeats", "5"],
 }
-EXCLUDED = {"actkv_launch_count.py": "counts launches behind the actkv GPU prediction (minutes, needs shared data)",
-            "kernel_path_spread.py": "re-runs chapters per kernel path (hours); run it by hand with chapter names",
-            "gpu_plan.py": "the GPU machine's plan behind gpu_all.sh (rehearsed by tests/e2e/test_gpu_all.py)"}
+EXCLUDED = {
+    "actkv_launch_count.py": "counts launches behind the actkv GPU prediction (minutes, needs shared data)",
+    "kernel_path_spread.py": "re-runs chapters per kernel path (hours); run it by hand with chapter names",
+    "gpu_plan.py": "the GPU machine's plan behind gpu_all.sh (rehearsed by tests/e2e/test_gpu_all.py)",
+}
 
 
 def scripts() -> list[str]:

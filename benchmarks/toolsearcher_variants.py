@@ -30,8 +30,14 @@ def validation_rows(world: World, train_tasks, val_tasks, base: TrainConfig, see
             res = train(world, train_tasks, replace(base, arm=arm, gate=gate, nondiscovery=nondisc), seed)
             val = evaluate(world, res["theta"], val_tasks)
             per_seed.append({**{k: float(v.mean()) for k, v in val.items()}, "wall_s": res["wall_s"]})
-        rows.append({"arm": arm, "gate": gate, "nondiscovery": nondisc,
-                     **{k: float(np.mean([r[k] for r in per_seed])) for k in per_seed[0]}})
+        rows.append(
+            {
+                "arm": arm,
+                "gate": gate,
+                "nondiscovery": nondisc,
+                **{k: float(np.mean([r[k] for r in per_seed])) for k in per_seed[0]},
+            }
+        )
     return rows
 
 
@@ -45,18 +51,36 @@ def main() -> None:
     world = World()
     val = world.tasks(split_by_group(load_queries())["validation"])
     train_tasks = world.tasks(split_by_group(load_queries())["train"])
-    rows = validation_rows(world, train_tasks, val, TrainConfig(steps=args.steps),
-                           [int(x) for x in args.seeds.split(",")])
-    print(f"{'arm':13} {'gate':11} {'nondisc':7} {'val_f1':>7} {'exact':>6} {'srecall':>7} {'searches':>8} {'wall_s':>6}")
+    rows = validation_rows(
+        world, train_tasks, val, TrainConfig(steps=args.steps), [int(x) for x in args.seeds.split(",")]
+    )
+    print(
+        f"{'arm':13} {'gate':11} {'nondisc':7} {'val_f1':>7} {'exact':>6} {'srecall':>7} {'searches':>8} {'wall_s':>6}"
+    )
     for r in rows:
-        print(f"{r['arm']:13} {r['gate']:11} {r['nondiscovery']:7} {r['f1']:7.3f} {r['exact']:6.3f} "
-              f"{r['srecall']:7.3f} {r['searches']:8.2f} {r['wall_s']:6.1f}")
-        record("toolsearcher_variants", f"{r['arm']} gate={r['gate']} nondiscovery={r['nondiscovery']} train wall (seed mean)",
-               [r["wall_s"]], "s")
+        print(
+            f"{r['arm']:13} {r['gate']:11} {r['nondiscovery']:7} {r['f1']:7.3f} {r['exact']:6.3f} "
+            f"{r['srecall']:7.3f} {r['searches']:8.2f} {r['wall_s']:6.1f}"
+        )
+        record(
+            "toolsearcher_variants",
+            f"{r['arm']} gate={r['gate']} nondiscovery={r['nondiscovery']} train wall (seed mean)",
+            [r["wall_s"]],
+            "s",
+        )
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"benchmark": "toolsearcher_variants", "split": "validation", "steps": args.steps,
-                       "seeds": args.seeds, "rows": rows}, f, indent=2)
+            json.dump(
+                {
+                    "benchmark": "toolsearcher_variants",
+                    "split": "validation",
+                    "steps": args.steps,
+                    "seeds": args.seeds,
+                    "rows": rows,
+                },
+                f,
+                indent=2,
+            )
 
 
 if __name__ == "__main__":

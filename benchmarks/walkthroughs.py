@@ -20,8 +20,11 @@ CASES = {
     "graft": ("agentpost.graft.walkthrough", {"n_rollouts": 3, "gamma": 0.9}, ("n_rollouts", 6)),
     "madrl": ("agentpost.madrl.walkthrough", {"w0": 0.5, "w1": 0.3, "w2": 0.2}, ("w2", 0.6)),
     "opsd": ("agentpost.opsd.walkthrough", {"updates": 8, "ema_decay": 0.3, "sync_every": 2}, ("updates", 40)),
-    "codeskills": ("agentpost.codeskills.walkthrough",
-                   {"n_skills": 6, "n_primitives": 19, "mode": "uniform", "decisions": 10}, ("mode", "equal_mass")),
+    "codeskills": (
+        "agentpost.codeskills.walkthrough",
+        {"n_skills": 6, "n_primitives": 19, "mode": "uniform", "decisions": 10},
+        ("mode", "equal_mass"),
+    ),
     "muser": ("agentpost.muser.walkthrough", {"angle_deg": 53.13, "tau": 0.1}, ("angle_deg", 20.0)),
 }
 

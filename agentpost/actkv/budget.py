@@ -92,8 +92,9 @@ def deepconf_confidence(topk_logprobs: torch.Tensor | np.ndarray) -> DeepConfCon
     return DeepConfConfidence((-lp.mean(dim=1)).numpy())
 
 
-def confidence_from_logits(logits: torch.Tensor, targets: torch.Tensor | None = None, *, k: int = 20,
-                           form: str = "deepconf_topk") -> TokenConfidence:
+def confidence_from_logits(
+    logits: torch.Tensor, targets: torch.Tensor | None = None, *, k: int = 20, form: str = "deepconf_topk"
+) -> TokenConfidence:
     """Confidence of each position's next-token distribution ``logits`` ``(L, V)`` in the chosen ``form``.
 
     ``neg_surprisal`` needs ``targets`` (the tokens actually emitted)."""

@@ -57,9 +57,19 @@ class DiagTrace:
         return len(self.ids)
 
 
-def diag_trace(trace_id: str, ids: Sequence[int], tokenizer, prefix_len: int, round_spans: Sequence[tuple[int, int]],
-               *, name_mask: Sequence[bool] = (), generated_mask: Sequence[bool] = (), delimiters: str = "qwen",
-               boundary: str = "after_observation", observation_close: str = "</tool_response>") -> DiagTrace:
+def diag_trace(
+    trace_id: str,
+    ids: Sequence[int],
+    tokenizer,
+    prefix_len: int,
+    round_spans: Sequence[tuple[int, int]],
+    *,
+    name_mask: Sequence[bool] = (),
+    generated_mask: Sequence[bool] = (),
+    delimiters: str = "qwen",
+    boundary: str = "after_observation",
+    observation_close: str = "</tool_response>",
+) -> DiagTrace:
     """Action mask and region starts from the streaming detector on the decoded tokens; rounds from
     ``round_spans``; ``generated_mask``: the reasoning/action tokens (where Algorithm 2 records confidence; empty =
     every token after the prefix); compression points before each round after the first (``round_start``) or
@@ -69,8 +79,13 @@ def diag_trace(trace_id: str, ids: Sequence[int], tokenizer, prefix_len: int, ro
         raise ValueError(f"boundary must be 'round_start' or 'after_observation', got {boundary!r}")
     texts = token_texts(ids, tokenizer)
     det = detect_rounds(texts, prefix_len, delimiters)
-    layout = RoundLayout(prefix_len, tuple(map(tuple, round_spans)), det.action_mask, det.region_starts,
-                         tuple(bool(x) for x in generated_mask))
+    layout = RoundLayout(
+        prefix_len,
+        tuple(map(tuple, round_spans)),
+        det.action_mask,
+        det.region_starts,
+        tuple(bool(x) for x in generated_mask),
+    )
     points = []
     for a, b in layout.round_spans[1:]:
         p = a
@@ -85,22 +100,41 @@ def diag_trace(trace_id: str, ids: Sequence[int], tokenizer, prefix_len: int, ro
     return DiagTrace(trace_id, tuple(int(i) for i in ids), layout, tuple(points), tuple(bool(x) for x in name_mask))
 
 
-def load_heldout_traces(tokenizer, *, split: str = "test", n_traces: int = 4, seed: int = 0, rounds: int = 4,
-                        distractors: int = 2, max_doc_chars: int = 300,
-                        boundary: str = "after_observation") -> list[DiagTrace]:
+def load_heldout_traces(
+    tokenizer,
+    *,
+    split: str = "test",
+    n_traces: int = 4,
+    seed: int = 0,
+    rounds: int = 4,
+    distractors: int = 2,
+    max_doc_chars: int = 300,
+    boundary: str = "after_observation",
+) -> list[DiagTrace]:
     """``n_traces`` held-out traces drawn by ``seed`` (:mod:`agentpost.data.tool_traces`: synthetic trace format over
     real StableToolBench API docs; ``seed`` orders the split's queries and draws the distractors). Their query ids
     are the item ids; they must be distinct, so ``n_traces`` may not exceed the split's queries."""
-    traces = build_traces(split, n_traces=n_traces, rounds=rounds, distractors=distractors,
-                          max_doc_chars=max_doc_chars, seed=seed)
+    traces = build_traces(
+        split, n_traces=n_traces, rounds=rounds, distractors=distractors, max_doc_chars=max_doc_chars, seed=seed
+    )
     ids = [tr.query_id for tr in traces]
     if len(traces) < n_traces or len(set(ids)) < len(ids):
         raise ValueError(f"split {split!r} has fewer than n_traces={n_traces} distinct queries")
     out = []
     for tr in traces:
         tt = tokenize_trace(tr, tokenizer)
-        out.append(diag_trace(tr.query_id, tt.input_ids, tokenizer, tt.prefix_len, tt.round_spans,
-                              name_mask=tt.name_mask, generated_mask=tt.generated_mask, boundary=boundary))
+        out.append(
+            diag_trace(
+                tr.query_id,
+                tt.input_ids,
+                tokenizer,
+                tt.prefix_len,
+                tt.round_spans,
+                name_mask=tt.name_mask,
+                generated_mask=tt.generated_mask,
+                boundary=boundary,
+            )
+        )
     return out
 
 
@@ -125,9 +159,11 @@ def budget_for(trace: DiagTrace, ratio: float, reading: str = "evictable") -> in
         return max(1, kept)
     prefix = trace.layout.prefix_len
     if kept <= prefix:
-        raise ValueError(f"budget_reading='total': ratio {ratio} of trace {trace.trace_id} ({len(trace)} tokens) "
-                         f"keeps {kept} entries per head, no more than its protected prefix ({prefix}); raise the "
-                         f"ratio or use budget_reading='evictable'")
+        raise ValueError(
+            f"budget_reading='total': ratio {ratio} of trace {trace.trace_id} ({len(trace)} tokens) "
+            f"keeps {kept} entries per head, no more than its protected prefix ({prefix}); raise the "
+            f"ratio or use budget_reading='evictable'"
+        )
     return kept - prefix
 
 
@@ -137,21 +173,45 @@ def budget_terms(trace: DiagTrace, ratio: float, reading: str = "evictable") -> 
     ``compression_ratio`` would remove from the FullKV trace to keep that many: 1 - total / n)."""
     b = budget_for(trace, ratio, reading)
     total = trace.layout.prefix_len + b
-    return {"trace": trace.trace_id, "ratio": ratio, "reading": reading, "n_tokens": len(trace),
-            "prefix": trace.layout.prefix_len, "B": b, "total_per_head": total,
-            "kvpress_compression_ratio": 1.0 - total / len(trace)}
+    return {
+        "trace": trace.trace_id,
+        "ratio": ratio,
+        "reading": reading,
+        "n_tokens": len(trace),
+        "prefix": trace.layout.prefix_len,
+        "B": b,
+        "total_per_head": total,
+        "kvpress_compression_ratio": 1.0 - total / len(trace),
+    }
 
 
-def run_method(model, trace: DiagTrace, method: str, ratio: float | None, *, chunk: int = 32,
-               policy_kwargs: dict | None = None, adaptive_budget: bool = False,
-               variant_kwargs: dict | None = None, budget_reading: str = "evictable") -> TraceResult:
+def run_method(
+    model,
+    trace: DiagTrace,
+    method: str,
+    ratio: float | None,
+    *,
+    chunk: int = 32,
+    policy_kwargs: dict | None = None,
+    adaptive_budget: bool = False,
+    variant_kwargs: dict | None = None,
+    budget_reading: str = "evictable",
+) -> TraceResult:
     """Score one trace with one method (``ratio=None`` only for FullKV); ``policy_kwargs[method]`` then
     ``variant_kwargs`` configure the policy."""
     budget = None if method == "fullkv" else budget_for(trace, ratio, budget_reading)
     rule = ConfidenceBudget(budget=budget) if adaptive_budget and budget is not None else None
     policy = make_policy(method, **{**(policy_kwargs or {}).get(method, {}), **(variant_kwargs or {})})
-    return score_trace(model, trace.ids, trace.layout, policy, budget, chunk=chunk, budget_rule=rule,
-                       compress_points=trace.compress_points)
+    return score_trace(
+        model,
+        trace.ids,
+        trace.layout,
+        policy,
+        budget,
+        chunk=chunk,
+        budget_rule=rule,
+        compress_points=trace.compress_points,
+    )
 
 
 def round_bounds(res: TraceResult, trace: DiagTrace) -> list[tuple[int, int, int]]:
@@ -196,10 +256,19 @@ def _runs(mask: np.ndarray) -> list[tuple[int, int]]:
     return list(zip(np.flatnonzero(edges == 1), np.flatnonzero(edges == -1)))
 
 
-def run_grid(model, traces: Sequence[DiagTrace], *, methods: Sequence[str] = METHODS,
-             ratios: Sequence[float] = (0.05, 0.1, 0.2, 0.25, 0.3), chunk: int = 32,
-             policy_kwargs: dict | None = None, adaptive_budget: bool = True, threads: int = 1,
-             variants: dict[str, tuple[str, dict]] | None = None, budget_reading: str = "evictable"):
+def run_grid(
+    model,
+    traces: Sequence[DiagTrace],
+    *,
+    methods: Sequence[str] = METHODS,
+    ratios: Sequence[float] = (0.05, 0.1, 0.2, 0.25, 0.3),
+    chunk: int = 32,
+    policy_kwargs: dict | None = None,
+    adaptive_budget: bool = True,
+    threads: int = 1,
+    variants: dict[str, tuple[str, dict]] | None = None,
+    budget_reading: str = "evictable",
+):
     """Long table (pandas) with one row per (trace, method, ratio): the :func:`fidelity` metrics.
 
     With ``adaptive_budget`` an extra arm ``actkv+budget`` runs ActKV with Algorithm 2 starting from the same B;
@@ -220,12 +289,29 @@ def run_grid(model, traces: Sequence[DiagTrace], *, methods: Sequence[str] = MET
                 arms.append(("actkv+budget", "actkv", True, None))
             arms += [(arm, m, False, kw) for arm, (m, kw) in (variants or {}).items()]
             for arm, method, adaptive, kw in arms:
-                res = run_method(model, tr, method, ratio, chunk=chunk, policy_kwargs=policy_kwargs,
-                                 adaptive_budget=adaptive, variant_kwargs=kw, budget_reading=budget_reading)
-                rows.append({"trace": tr.trace_id, "method": arm, "ratio": ratio, "n_tokens": len(tr),
-                             **fidelity(res, ref, tr)})
-            rows.append({"trace": tr.trace_id, "method": "fullkv", "ratio": ratio, "n_tokens": len(tr),
-                         **fidelity(ref, ref, tr)})
+                res = run_method(
+                    model,
+                    tr,
+                    method,
+                    ratio,
+                    chunk=chunk,
+                    policy_kwargs=policy_kwargs,
+                    adaptive_budget=adaptive,
+                    variant_kwargs=kw,
+                    budget_reading=budget_reading,
+                )
+                rows.append(
+                    {"trace": tr.trace_id, "method": arm, "ratio": ratio, "n_tokens": len(tr), **fidelity(res, ref, tr)}
+                )
+            rows.append(
+                {
+                    "trace": tr.trace_id,
+                    "method": "fullkv",
+                    "ratio": ratio,
+                    "n_tokens": len(tr),
+                    **fidelity(ref, ref, tr),
+                }
+            )
     return pd.DataFrame(rows)
 
 
@@ -253,8 +339,20 @@ def load_diagnostic_model(name: str = "tool-lm", *, device: str = "cpu", dtype: 
 
 def fidelity_table(df):
     """Mean of every metric per (method, ratio) over this run's traces."""
-    cols = [c for c in ("nll_increase_nats", "top1_agreement", "name_exact", "peak_frac", "peak_within_bound",
-                        "ms_per_token", "overhead_frac", "final_budget") if c in df.columns]
+    cols = [
+        c
+        for c in (
+            "nll_increase_nats",
+            "top1_agreement",
+            "name_exact",
+            "peak_frac",
+            "peak_within_bound",
+            "ms_per_token",
+            "overhead_frac",
+            "final_budget",
+        )
+        if c in df.columns
+    ]
     return df.groupby(["method", "ratio"], sort=False)[cols].mean().reset_index()
 
 
@@ -265,31 +363,64 @@ def per_item(df, ratio: float, metric: str) -> dict[str, dict[str, float]]:
     return {arm: dict(zip(g.trace, g[metric].astype(float))) for arm, g in sub.groupby("method", sort=True)}
 
 
-def decode_profile(model, trace: DiagTrace, ratio: float, *, methods: Sequence[str] = ("fullkv", "actkv"),
-                   repeats: int = 3, policy_kwargs: dict | None = None, budget_reading: str = "evictable") -> dict:
+def decode_profile(
+    model,
+    trace: DiagTrace,
+    ratio: float,
+    *,
+    methods: Sequence[str] = ("fullkv", "actkv"),
+    repeats: int = 3,
+    policy_kwargs: dict | None = None,
+    budget_reading: str = "evictable",
+) -> dict:
     """Decode ``trace`` one token per step (teacher forced, so every method sees the same tokens) and report, per
     method: per-round peak entries vs the bound, per-round decode ms/token and overhead fraction (medians over
     ``repeats``), the overall decode ms/token, and ratios against FullKV measured in the same call."""
     import statistics
 
     budget = budget_for(trace, ratio, budget_reading)
-    out: dict = {"n_tokens": len(trace), "prefix_len": trace.layout.prefix_len, "budget": budget, "ratio": ratio,
-                 "methods": {}}
+    out: dict = {
+        "n_tokens": len(trace),
+        "prefix_len": trace.layout.prefix_len,
+        "budget": budget,
+        "ratio": ratio,
+        "methods": {},
+    }
     for method in methods:
-        runs = [run_method(model, trace, method, None if method == "fullkv" else ratio, chunk=1,
-                           policy_kwargs=policy_kwargs, budget_reading=budget_reading) for _ in range(repeats)]
+        runs = [
+            run_method(
+                model,
+                trace,
+                method,
+                None if method == "fullkv" else ratio,
+                chunk=1,
+                policy_kwargs=policy_kwargs,
+                budget_reading=budget_reading,
+            )
+            for _ in range(repeats)
+        ]
         st = [r.stats for r in runs]
         rows = []
         for r, peak, bound in round_bounds(runs[0], trace):  # round r: between compression boundaries r, r+1
             dec = statistics.median(s.decode_s[r] for s in st)
             ovh = statistics.median(s.overhead_s.get(r, 0.0) for s in st)
-            rows.append({"round": r, "tokens": st[0].tokens[r], "peak_entries": peak, "bound": bound,
-                         "decode_ms_per_token": 1e3 * dec / st[0].tokens[r], "overhead_frac": ovh / dec})
-        out["methods"][method] = {"per_round": rows,
-                                  "decode_ms_per_token": statistics.median(r.decode_ms_per_token() for r in runs),
-                                  "peak_entries": runs[0].peak_entries,
-                                  "max_round_overhead_frac": max(x["overhead_frac"] for x in rows),
-                                  "peak_within_bound": all(x["peak_entries"] <= x["bound"] for x in rows)}
+            rows.append(
+                {
+                    "round": r,
+                    "tokens": st[0].tokens[r],
+                    "peak_entries": peak,
+                    "bound": bound,
+                    "decode_ms_per_token": 1e3 * dec / st[0].tokens[r],
+                    "overhead_frac": ovh / dec,
+                }
+            )
+        out["methods"][method] = {
+            "per_round": rows,
+            "decode_ms_per_token": statistics.median(r.decode_ms_per_token() for r in runs),
+            "peak_entries": runs[0].peak_entries,
+            "max_round_overhead_frac": max(x["overhead_frac"] for x in rows),
+            "peak_within_bound": all(x["peak_entries"] <= x["bound"] for x in rows),
+        }
     if "fullkv" in out["methods"]:
         full = out["methods"]["fullkv"]
         for m in out["methods"].values():

@@ -112,8 +112,13 @@ def per_query_head_cache(config):
 
     class PerQueryHeadCache(DynamicCache):
         def update(self, key_states, value_states, layer_idx, *args, **kwargs):
-            return super().update(key_states.repeat_interleave(n_rep, dim=1),
-                                  value_states.repeat_interleave(n_rep, dim=1), layer_idx, *args, **kwargs)
+            return super().update(
+                key_states.repeat_interleave(n_rep, dim=1),
+                value_states.repeat_interleave(n_rep, dim=1),
+                layer_idx,
+                *args,
+                **kwargs,
+            )
 
     return PerQueryHeadCache(config=config)
 
@@ -155,9 +160,18 @@ class CompressedSession:
     updates it right before each compression from the confidence recorded so far.
     """
 
-    def __init__(self, model, policy: KVPolicy, budget: int | None, *, prefix_len: int,
-                 budget_rule: ConfidenceBudget | None = None, kv_backend: str = "dense",
-                 confidence_k: int = 20, confidence_form: str = "deepconf_topk") -> None:
+    def __init__(
+        self,
+        model,
+        policy: KVPolicy,
+        budget: int | None,
+        *,
+        prefix_len: int,
+        budget_rule: ConfidenceBudget | None = None,
+        kv_backend: str = "dense",
+        confidence_k: int = 20,
+        confidence_form: str = "deepconf_topk",
+    ) -> None:
         from transformers import DynamicCache
 
         if kv_backend not in KV_BACKENDS:
@@ -165,8 +179,10 @@ class CompressedSession:
         if kv_backend == "paged" and not (isinstance(policy, ActKV) and policy.head_reduce == "mean_of_max"):
             # per_head keeps differ across KV heads while a paged slot holds all of them; "max" over all query
             # heads does not commute with Alg. 3's per-KV-head mean over action tokens
-            raise ValueError(f"kv_backend='paged' implements ActKV with head_reduce='mean_of_max' only, got policy "
-                             f"{policy.name!r} (head_reduce={getattr(policy, 'head_reduce', None)!r})")
+            raise ValueError(
+                f"kv_backend='paged' implements ActKV with head_reduce='mean_of_max' only, got policy "
+                f"{policy.name!r} (head_reduce={getattr(policy, 'head_reduce', None)!r})"
+            )
         if policy.compress_at != "never" and (budget is None or budget < 0):
             raise ValueError(f"policy {policy.name} needs a budget >= 0, got {budget}")
         cfg = model.config
@@ -210,11 +226,13 @@ class CompressedSession:
             else:
                 self.paged.observe(layer, q.detach(), k.shape[1], action_rows, region_open, scaling)
             self._observe_s += time.perf_counter() - t0
+
         return sink
 
     @torch.no_grad()
-    def feed(self, ids: torch.Tensor, action_rows: torch.Tensor | None = None, region_open: bool = False
-             ) -> torch.Tensor:
+    def feed(
+        self, ids: torch.Tensor, action_rows: torch.Tensor | None = None, region_open: bool = False
+    ) -> torch.Tensor:
         """Run ``ids`` (1-D) through the model on the cache; returns logits ``(len, V)``."""
         q = ids.numel()
         action_rows = torch.zeros(q, dtype=torch.bool) if action_rows is None else action_rows
@@ -340,10 +358,19 @@ def _segments(layout: RoundLayout, n: int, chunk: int, boundaries: set[int]) -> 
 
 
 @torch.no_grad()
-def score_trace(model, input_ids: Sequence[int], layout: RoundLayout, policy: KVPolicy, budget: int | None, *,
-                chunk: int = 32, budget_rule: ConfidenceBudget | None = None, kv_backend: str = "dense",
-                confidence_form: str = "deepconf_topk",
-                compress_points: Sequence[int] | None = None) -> TraceResult:
+def score_trace(
+    model,
+    input_ids: Sequence[int],
+    layout: RoundLayout,
+    policy: KVPolicy,
+    budget: int | None,
+    *,
+    chunk: int = 32,
+    budget_rule: ConfidenceBudget | None = None,
+    kv_backend: str = "dense",
+    confidence_form: str = "deepconf_topk",
+    compress_points: Sequence[int] | None = None,
+) -> TraceResult:
     """Teacher-forced scoring of a trace under ``policy`` at budget ``B`` (evictable entries per layer).
 
     Prefill the protected prefix, then feed each round in chunks of at most ``chunk`` tokens (split at action
@@ -359,8 +386,15 @@ def score_trace(model, input_ids: Sequence[int], layout: RoundLayout, policy: KV
         raise ValueError(f"layout covers {len(layout.action_mask)} tokens, trace has {n}")
     if layout.prefix_len < 1:
         raise ValueError("the trace needs a non-empty protected prefix")
-    sess = CompressedSession(model, policy, budget, prefix_len=layout.prefix_len, budget_rule=budget_rule,
-                             kv_backend=kv_backend, confidence_form=confidence_form)
+    sess = CompressedSession(
+        model,
+        policy,
+        budget,
+        prefix_len=layout.prefix_len,
+        budget_rule=budget_rule,
+        kv_backend=kv_backend,
+        confidence_form=confidence_form,
+    )
     logprob = np.zeros(n)
     top1 = np.zeros(n, dtype=np.int64)
     amask = torch.tensor(layout.action_mask)
@@ -392,22 +426,35 @@ def score_trace(model, input_ids: Sequence[int], layout: RoundLayout, policy: KV
         record(sess.feed(ids[a:b], amask[a:b], a in region_starts), a)
         if sess.should_compress_mid_round(layout.mean_round_len):
             sess.compress()
-    return TraceResult(logprob, top1, np.array(layout.action_mask), ids.numpy(), sess.stats, policy.name, budget,
-                       confidence)
+    return TraceResult(
+        logprob, top1, np.array(layout.action_mask), ids.numpy(), sess.stats, policy.name, budget, confidence
+    )
 
 
 @torch.no_grad()
-def generate(model, tokenizer, prompt_ids: Sequence[int], prefix_len: int, policy: KVPolicy, budget: int | None, *,
-             max_new_tokens: int = 64, delimiters: str = "qwen", budget_rule: ConfidenceBudget | None = None,
-             on_action_end: Callable[[list[int]], Sequence[int]] | None = None,
-             mean_round_len: float = 64.0, kv_backend: str = "dense") -> tuple[list[int], SessionStats]:
+def generate(
+    model,
+    tokenizer,
+    prompt_ids: Sequence[int],
+    prefix_len: int,
+    policy: KVPolicy,
+    budget: int | None,
+    *,
+    max_new_tokens: int = 64,
+    delimiters: str = "qwen",
+    budget_rule: ConfidenceBudget | None = None,
+    on_action_end: Callable[[list[int]], Sequence[int]] | None = None,
+    mean_round_len: float = 64.0,
+    kv_backend: str = "dense",
+) -> tuple[list[int], SessionStats]:
     """Greedy decoding with compression: the streaming detector marks action tokens; when an action closes, the
     optional ``on_action_end(generated)`` returns observation tokens to append (the environment's reply), then
     round-boundary policies compress before decoding resumes. Overflow policies compress past ``B + L_bar``.
     Returns the generated ids (observations included) and the session stats."""
     ids = torch.as_tensor(list(prompt_ids), dtype=torch.long)
-    sess = CompressedSession(model, policy, budget, prefix_len=prefix_len, budget_rule=budget_rule,
-                             kv_backend=kv_backend)
+    sess = CompressedSession(
+        model, policy, budget, prefix_len=prefix_len, budget_rule=budget_rule, kv_backend=kv_backend
+    )
     det = ActionRegionDetector(delimiters)
     for t in ids[prefix_len:].tolist():
         det.push(tokenizer.decode([t], skip_special_tokens=False))

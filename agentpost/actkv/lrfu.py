@@ -26,8 +26,9 @@ HEAD_REDUCE = ("mean_of_max", "max", "per_head")
 NUCLEUS_TOL = 1e-12
 
 
-def head_reduce(per_kv_head: torch.Tensor, mode: str = "mean_of_max", *, dim: int = -2,
-                keepdim: bool = False) -> torch.Tensor:
+def head_reduce(
+    per_kv_head: torch.Tensor, mode: str = "mean_of_max", *, dim: int = -2, keepdim: bool = False
+) -> torch.Tensor:
     """Combine rows that are already one per KV head (each the max over its GQA group) along ``dim``
     (spec ambiguity 1): ``mean_of_max`` (default, Alg. 1's ``mean_g max_{h in g}``; the mean over KV heads commutes
     with the mean over action tokens, so it may be applied after accumulation, as the paged path does) the mean;
@@ -132,8 +133,9 @@ def lrfu_update(ks: torch.Tensor, a: torch.Tensor, hits: torch.Tensor, decay: fl
     return decay * ks + hits.to(a.dtype) * a
 
 
-def algorithm1_step(a: torch.Tensor, ks: torch.Tensor, budget: int, *, p: float = 0.9,
-                    decay: float = 0.5) -> tuple[torch.Tensor, torch.Tensor]:
+def algorithm1_step(
+    a: torch.Tensor, ks: torch.Tensor, budget: int, *, p: float = 0.9, decay: float = 0.5
+) -> tuple[torch.Tensor, torch.Tensor]:
     """One layer's compression at a round boundary: ``a`` ``(G, N)`` = the round's mean action attention over the
     evictable entries (:class:`ActionAccumulator`), ``ks`` ``(G, N')`` the keep scores (``N' <= N``, new entries 0).
 

@@ -45,9 +45,17 @@ class PagedMirror:
 
     # ------------------------------------------------------------------------------------------- bookkeeping
     def _new(self, like: torch.Tensor, blocks: int) -> PagedKVCache:
-        return PagedKVCache(self.n_layers, 1, like.shape[0], like.shape[-1], num_blocks=blocks,
-                            max_blocks_per_request=blocks, block_size=self.block_size, dtype=like.dtype,
-                            device=like.device)
+        return PagedKVCache(
+            self.n_layers,
+            1,
+            like.shape[0],
+            like.shape[-1],
+            num_blocks=blocks,
+            max_blocks_per_request=blocks,
+            block_size=self.block_size,
+            dtype=like.dtype,
+            device=like.device,
+        )
 
     def _grow(self, blocks: int) -> None:
         """Re-home every layer into a pool of ``blocks`` blocks, logical order unchanged."""
@@ -92,8 +100,15 @@ class PagedMirror:
             self.cache.append(layer, keys[:, sl].transpose(0, 1)[None], values[:, sl].transpose(0, 1)[None])
             self.order[layer] = torch.cat([self.order[layer], torch.arange(have, have + new)])
 
-    def observe(self, layer: int, queries: torch.Tensor, n_entries: int, action_rows: torch.Tensor,
-                region_open: bool, scale: float) -> None:
+    def observe(
+        self,
+        layer: int,
+        queries: torch.Tensor,
+        n_entries: int,
+        action_rows: torch.Tensor,
+        region_open: bool,
+        scale: float,
+    ) -> None:
         """Record the action rows of a chunk's queries ``(H_q, q, d)``; ``n_entries`` = cache length after the chunk.
 
         A new region drops the queries recorded so far (the dense accumulator's reset)."""
@@ -124,8 +139,10 @@ class PagedMirror:
             return a
         q = torch.cat([x for x, _ in recorded])  # (T, H_q, d)
         ctx = torch.cat([c for _, c in recorded]).to(q.device)  # (T,)
-        lse = torch.logaddexp(self._lse(self.cache, layer, q, ctx),
-                              self._lse(self.prefix, layer, q, torch.full_like(ctx, self.prefix_len)))
+        lse = torch.logaddexp(
+            self._lse(self.cache, layer, q, ctx),
+            self._lse(self.prefix, layer, q, torch.full_like(ctx, self.prefix_len)),
+        )
         acc, _ = self.cache.recover(layer, q[None], lse[None], ctx[None].to(torch.int32), self.scale)
         a[0, self.order[layer]] = head_reduce(acc[0], "mean_of_max")[:n].double().cpu()
         return a

@@ -62,8 +62,15 @@ def h2o_scores(hh: torch.Tensor, seen: torch.Tensor | None = None) -> torch.Tens
     return s / seen.to(torch.float64).clamp_min(1.0) if seen is not None else s.clone()
 
 
-def snapkv_scores(window_attn: torch.Tensor, window: int, kernel: int = 5, pool: str = "avg", *,
-                  protected: int = 0, pool_over: str = "sequence") -> torch.Tensor:
+def snapkv_scores(
+    window_attn: torch.Tensor,
+    window: int,
+    kernel: int = 5,
+    pool: str = "avg",
+    *,
+    protected: int = 0,
+    pool_over: str = "sequence",
+) -> torch.Tensor:
     """SnapKV (FasterDecoding/SnapKV ``snapkv_utils.py``; kvpress ``SnapKVPress``).
 
     ``window_attn``: ``(G, w, T)`` attention of the last ``w`` queries over ``T`` entries (the window being the
@@ -105,16 +112,27 @@ def rkv_redundancy(keys: torch.Tensor, threshold: float = 0.5) -> torch.Tensor:
     sim = kn @ kn.transpose(-1, -2)
     n = sim.shape[-1]
     sim.diagonal(dim1=-2, dim2=-1).zero_()
-    idx = torch.where(sim > threshold, torch.arange(n, device=sim.device).view(1, 1, n),
-                      torch.zeros((), dtype=torch.long, device=sim.device))
+    idx = torch.where(
+        sim > threshold,
+        torch.arange(n, device=sim.device).view(1, 1, n),
+        torch.zeros((), dtype=torch.long, device=sim.device),
+    )
     retain = idx.max(dim=-1).values  # (G, N): most recent similar entry per row
     sim.scatter_(-1, retain.unsqueeze(-1), 0.0)
     return sim.mean(dim=-2).softmax(dim=-1)
 
 
-def rkv_scores(window_logits: torch.Tensor, keys: torch.Tensor, window: int, kernel: int = 7,
-               mix_lambda: float = 0.07, threshold: float = 0.5, *, protected: int = 0,
-               score_over: str = "cache") -> torch.Tensor:
+def rkv_scores(
+    window_logits: torch.Tensor,
+    keys: torch.Tensor,
+    window: int,
+    kernel: int = 7,
+    mix_lambda: float = 0.07,
+    threshold: float = 0.5,
+    *,
+    protected: int = 0,
+    score_over: str = "cache",
+) -> torch.Tensor:
     """R-KV (``rkv/compression/r1_kv.py::R1KV._compute_scores``): :math:`\\lambda\\,\\mathrm{attn}-(1-\\lambda)\\,\\mathrm{red}`.
 
     ``window_logits``: ``(G, w, N)`` pre-softmax scores of the last ``w`` queries, already max-pooled over each
@@ -169,8 +187,15 @@ class KVPolicy(Scorer):
         self._queries: list[torch.Tensor | None] = [None] * n_layers
         self.scaling = 1.0
 
-    def observe(self, layer: int, attn: torch.Tensor, queries: torch.Tensor, action_rows: torch.Tensor,
-                region_open: bool, scaling: float) -> None:
+    def observe(
+        self,
+        layer: int,
+        attn: torch.Tensor,
+        queries: torch.Tensor,
+        action_rows: torch.Tensor,
+        region_open: bool,
+        scaling: float,
+    ) -> None:
         """See one chunk's attention ``(H_q, q, N)`` (over the whole cache incl. prefix), queries ``(H_q, q, d)``,
         which rows are action tokens, and whether an action region opened at the chunk's first token."""
         self.scaling = scaling
@@ -322,7 +347,9 @@ class SnapKV(KVPolicy):
         k = keys.repeat_interleave(q.shape[0] // keys.shape[0], dim=0)
         logits = (q @ k.transpose(-1, -2)).to(torch.float64) * self.scaling  # (H_q, w, N)
         qpos = torch.arange(n - w, n, device=logits.device).view(w, 1)
-        logits = logits.masked_fill(torch.arange(n, device=logits.device).view(1, n) > qpos, -math.inf)  # causal inside the window
+        logits = logits.masked_fill(
+            torch.arange(n, device=logits.device).view(1, n) > qpos, -math.inf
+        )  # causal inside the window
         how = "mean" if self.head_mode == "query_head" else self.head_mode.removeprefix("kv_group_")
         attn = group_pool(torch.softmax(logits, dim=-1), self.n_kv_heads, how)  # query_head: groups of one
         return snapkv_scores(attn, w, self.kernel, self.pool, protected=self.prefix_len, pool_over=self.pool_over)
@@ -356,8 +383,16 @@ class RKV(KVPolicy):
         q = self.window_queries(layer)
         k = keys.repeat_interleave(q.shape[0] // keys.shape[0], dim=0)
         logits = group_pool((q @ k.transpose(-1, -2)).to(torch.float64) * self.scaling, self.n_kv_heads, "max")
-        return rkv_scores(logits, keys, q.shape[1], self.kernel, self.mix_lambda, self.threshold,
-                          protected=self.prefix_len, score_over=self.score_over)
+        return rkv_scores(
+            logits,
+            keys,
+            q.shape[1],
+            self.kernel,
+            self.mix_lambda,
+            self.threshold,
+            protected=self.prefix_len,
+            score_over=self.score_over,
+        )
 
 
 @register

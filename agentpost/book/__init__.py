@@ -51,9 +51,17 @@ def _lab_button(app, pagename, templatename, context, doctree) -> None:
     url = lab_link(app.config.agentpost_lab_url, pagename)
     if url is None or "header_buttons" not in context or context.get("page_source_suffix") != ".ipynb":
         return
-    context["header_buttons"].insert(0, {
-        "type": "link", "url": url, "icon": "fas fa-flask", "text": "Open in JupyterLab", "label": "jupyterlab-button",
-        "tooltip": "Run this notebook in the local JupyterLab (start it with make lab)"})
+    context["header_buttons"].insert(
+        0,
+        {
+            "type": "link",
+            "url": url,
+            "icon": "fas fa-flask",
+            "text": "Open in JupyterLab",
+            "label": "jupyterlab-button",
+            "tooltip": "Run this notebook in the local JupyterLab (start it with make lab)",
+        },
+    )
 
 
 def _add_assets(app, config) -> None:

@@ -1,4 +1,4 @@
-""""Turn it by hand": a mechanism a reader moves with ipywidgets controls, one home for every chapter.
+""" "Turn it by hand": a mechanism a reader moves with ipywidgets controls, one home for every chapter.
 
 A chapter supplies a ``render(**values)`` callback (pure: the control values in, a matplotlib figure, a pandas
 DataFrame, a string, or a list of them out) and named controls; :func:`turn_by_hand` wires them together:
@@ -60,8 +60,9 @@ class Walkthrough:
             raise TypeError(f"controls {bad} are not ipywidgets value widgets")
         self.render, self.controls = render, dict(controls)
         self.view = widgets.HTML()
-        self.box = widgets.VBox([widgets.HBox(list(self.controls.values()), layout={"flex_flow": "row wrap"}),
-                                 self.view])
+        self.box = widgets.VBox(
+            [widgets.HBox(list(self.controls.values()), layout={"flex_flow": "row wrap"}), self.view]
+        )
         for control in self.controls.values():
             control.observe(self.update, names="value")
         self.rendered: list = []
@@ -80,8 +81,9 @@ class Walkthrough:
 
     def static_html(self) -> str:
         """The current rendering as one HTML fragment, headed by the control values (what the book shows)."""
-        setting = ", ".join(f"<code>{html.escape(name)}</code> = {html.escape(repr(value))}"
-                            for name, value in self.values().items())
+        setting = ", ".join(
+            f"<code>{html.escape(name)}</code> = {html.escape(repr(value))}" for name, value in self.values().items()
+        )
         hint = html.escape(LIVE_HINT).replace("`make lab`", "<code>make lab</code>")
         return f'<div class="agentpost-walkthrough"><p>{setting}</p>\n{self.body}\n<p><em>{hint}</em></p></div>'
 

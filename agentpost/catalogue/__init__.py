@@ -97,11 +97,20 @@ def _comparison(path: Path, raw: dict, claim_ids: set[str]) -> Comparison:
     bounds = raw.get("bounds")
     if bounds is not None and (len(bounds) != 2 or not bounds[0] < bounds[1]):
         raise ValueError(f"{where}: bounds must be [low, high] with low < high")
-    return Comparison(id=raw["id"], claim=raw["claim"], metric=raw["metric"], a=str(raw["a"]), b=str(raw["b"]),
-                      higher_is_better=raw["higher_is_better"], min_effect=float(effect), why=raw["why"].strip(),
-                      items=raw.get("items", "crossed"), headline=bool(raw.get("headline", False)),
-                      bounds=tuple(map(float, bounds)) if bounds is not None else None,
-                      may_differ=tuple(raw.get("may_differ", ())))
+    return Comparison(
+        id=raw["id"],
+        claim=raw["claim"],
+        metric=raw["metric"],
+        a=str(raw["a"]),
+        b=str(raw["b"]),
+        higher_is_better=raw["higher_is_better"],
+        min_effect=float(effect),
+        why=raw["why"].strip(),
+        items=raw.get("items", "crossed"),
+        headline=bool(raw.get("headline", False)),
+        bounds=tuple(map(float, bounds)) if bounds is not None else None,
+        may_differ=tuple(raw.get("may_differ", ())),
+    )
 
 
 @dataclass(frozen=True)
@@ -148,8 +157,10 @@ def _load(path: Path) -> Chapter:
         raise ValueError(f"{path.name}: missing keys {sorted(missing)}")
     if raw["id"] != path.stem:
         raise ValueError(f"{path.name}: id {raw['id']!r} must equal the file name")
-    claims = tuple(Claim(c["id"], c["text"].strip(), tuple(c.get("metrics", [])), bool(c.get("synthetic", False)))
-                   for c in raw["claims"])
+    claims = tuple(
+        Claim(c["id"], c["text"].strip(), tuple(c.get("metrics", [])), bool(c.get("synthetic", False)))
+        for c in raw["claims"]
+    )
     return Chapter(
         id=raw["id"],
         title=raw["title"],

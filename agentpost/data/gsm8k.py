@@ -76,7 +76,9 @@ def arithmetic_split(split: str, *, max_digits: int = 3, validation_percent: int
     if split not in ARITH_SPLITS:
         raise ValueError(f"unknown GSM8K-derived arithmetic split {split!r}; use one of {ARITH_SPLITS}")
     if max_digits < 1 or not 0 < validation_percent < 100:
-        raise ValueError(f"need max_digits >= 1 and 0 < validation_percent < 100; got {max_digits}, {validation_percent}")
+        raise ValueError(
+            f"need max_digits >= 1 and 0 < validation_percent < 100; got {max_digits}, {validation_percent}"
+        )
     if split == "test":
         in_train = {e.text for e in _binary("train", 10**6)}
         return tuple(e for e in _binary("test", max_digits) if e.text not in in_train)

@@ -55,8 +55,9 @@ def local_rows(path: Path, builder: str, **config):
     import datasets
 
     with _quiet():
-        return datasets.load_dataset(builder, data_files={"rows": str(path)}, split="rows",
-                                     cache_dir=str(datasets_cache()), **config)
+        return datasets.load_dataset(
+            builder, data_files={"rows": str(path)}, split="rows", cache_dir=str(datasets_cache()), **config
+        )
 
 
 def _gsm8k_file(rows) -> bytes:
@@ -76,9 +77,11 @@ REBUILD = {"gsm8k": _gsm8k_file, "wikitext-2": _wikitext_file}
 
 def _source_md(name: str, source) -> str:
     rows = "\n".join(f"| {f} | {size} | {digest} |" for f, (_split, size, digest) in source.files.items())
-    return (f"# {name}, rebuilt from the hub copy {source.repo} ({source.config})\n\n"
-            f"Written by agentpost.data.hf.from_hub; every file matched the size and sha256 of the data set's SOURCE.md.\n\n"
-            f"## Files\n| file | bytes | sha256 |\n|---|---|---|\n{rows}\n")
+    return (
+        f"# {name}, rebuilt from the hub copy {source.repo} ({source.config})\n\n"
+        f"Written by agentpost.data.hf.from_hub; every file matched the size and sha256 of the data set's SOURCE.md.\n\n"
+        f"## Files\n| file | bytes | sha256 |\n|---|---|---|\n{rows}\n"
+    )
 
 
 def _complete(folder: Path, source) -> bool:
@@ -97,13 +100,17 @@ def from_hub(name: str) -> Path:
         with _quiet():
             splits = datasets.load_dataset(source.repo, source.config, cache_dir=str(datasets_cache()))
     except Exception as err:  # the hub client raises several unrelated types for "not reachable"
-        where = ("HF_HUB_OFFLINE is set and the datasets cache has no copy" if hub_offline()
-                 else "the Hugging Face hub could not be reached")
+        where = (
+            "HF_HUB_OFFLINE is set and the datasets cache has no copy"
+            if hub_offline()
+            else "the Hugging Face hub could not be reached"
+        )
         detail = str(err).splitlines()[0] if str(err) else ""
         raise DataMissingError(
             f"its hub copy {source.repo} ({source.config}) cannot be loaded: "
             f"{where}. Set AGENTPOST_DATA to a folder holding {name}/ (as ../shared/data does), or run once with "
-            f"network access. ({type(err).__name__}: {detail})") from err
+            f"network access. ({type(err).__name__}: {detail})"
+        ) from err
     tmp = folder.with_name(f".{name}.tmp-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
@@ -115,7 +122,8 @@ def from_hub(name: str) -> Path:
                 raise DataChecksumError(
                     f"{source.repo} ({source.config}) split {split!r} rebuilds {name}/{filename} with {len(data)} bytes, "
                     f"sha256 {actual[:12]}…; {name}/SOURCE.md records {size} bytes, sha256 {digest[:12]}…. The hub copy "
-                    f"differs from the data the chapters were run on; use a local copy (AGENTPOST_DATA).")
+                    f"differs from the data the chapters were run on; use a local copy (AGENTPOST_DATA)."
+                )
             (tmp / filename).write_bytes(data)
         (tmp / "SOURCE.md").write_text(_source_md(name, source), encoding="utf-8")
         shutil.rmtree(folder, ignore_errors=True)

@@ -42,7 +42,7 @@ def _verified(filename: str) -> bytes:
 @dataclass(frozen=True)
 class Movie:
     movie_id: int
-    title: str       # "Title (Year)" as in movies.dat
+    title: str  # "Title (Year)" as in movies.dat
     genres: tuple[str, ...]
 
     def text(self) -> str:
@@ -85,10 +85,10 @@ def load_ratings() -> np.ndarray:
 class Interactions:
     """Per-user time-ordered item sequences over a re-indexed catalogue (item 0 = padding)."""
 
-    users: np.ndarray                       # original user ids, ascending
-    items: list[np.ndarray]                 # per user: item indices (1..n_items), oldest -> newest
-    times: list[np.ndarray]                 # per user: unix timestamps, non-decreasing
-    movies: tuple[Movie, ...]               # movies[i - 1] is item i
+    users: np.ndarray  # original user ids, ascending
+    items: list[np.ndarray]  # per user: item indices (1..n_items), oldest -> newest
+    times: list[np.ndarray]  # per user: unix timestamps, non-decreasing
+    movies: tuple[Movie, ...]  # movies[i - 1] is item i
     note: str = ""
 
     @property
@@ -125,8 +125,13 @@ def load_interactions(*, user_fraction: float = 1.0, salt: str = "muser-users-v1
     index = {m.movie_id: i + 1 for i, m in enumerate(movies)}
     item_col = np.fromiter((index.get(m, 0) for m in r["movie"]), dtype=np.int64, count=len(r))
     note = "" if user_fraction == 1 else f"deterministic {user_fraction:.0%} user subsample (sha256 of '{salt}' + id)"
-    return Interactions(users=users[keep], items=[item_col[bounds[u]:bounds[u + 1]] for u in keep],
-                        times=[r["ts"][bounds[u]:bounds[u + 1]] for u in keep], movies=movies, note=note)
+    return Interactions(
+        users=users[keep],
+        items=[item_col[bounds[u] : bounds[u + 1]] for u in keep],
+        times=[r["ts"][bounds[u] : bounds[u + 1]] for u in keep],
+        movies=movies,
+        note=note,
+    )
 
 
 def _hash_unit(salt: str, uid: int) -> float:
@@ -166,19 +171,36 @@ def leave_last_out(data: Interactions, *, min_eval_len: int = 5) -> Split:
     train, train_t, ev = [], [], []
     for u, (s, t) in enumerate(zip(data.items, data.times)):
         if len(s) >= min_eval_len:
-            train.append(s[:-2]); train_t.append(t[:-2]); ev.append(u)
+            train.append(s[:-2])
+            train_t.append(t[:-2])
+            ev.append(u)
         else:
-            train.append(s); train_t.append(t)
+            train.append(s)
+            train_t.append(t)
     ev = np.asarray(ev, dtype=np.int64)
-    val = EvalCase(ev, [data.items[u][:-2] for u in ev], np.array([data.items[u][-2] for u in ev]),
-                   np.array([data.times[u][-2] for u in ev]))
-    test = EvalCase(ev, [data.items[u][:-1] for u in ev], np.array([data.items[u][-1] for u in ev]),
-                    np.array([data.times[u][-1] for u in ev]))
+    val = EvalCase(
+        ev,
+        [data.items[u][:-2] for u in ev],
+        np.array([data.items[u][-2] for u in ev]),
+        np.array([data.times[u][-2] for u in ev]),
+    )
+    test = EvalCase(
+        ev,
+        [data.items[u][:-1] for u in ev],
+        np.array([data.items[u][-1] for u in ev]),
+        np.array([data.times[u][-1] for u in ev]),
+    )
     short = len(data.items) - len(ev)
-    stats = {"users": len(data.items), "eval_users": len(ev), "short_users_train_only": short,
-             "short_users_interactions": int(sum(len(data.items[u]) for u in range(len(data.items))
-                                                 if len(data.items[u]) < min_eval_len)),
-             "train_interactions": int(sum(len(s) for s in train)), "min_eval_len": min_eval_len}
+    stats = {
+        "users": len(data.items),
+        "eval_users": len(ev),
+        "short_users_train_only": short,
+        "short_users_interactions": int(
+            sum(len(data.items[u]) for u in range(len(data.items)) if len(data.items[u]) < min_eval_len)
+        ),
+        "train_interactions": int(sum(len(s) for s in train)),
+        "min_eval_len": min_eval_len,
+    }
     return Split(train, train_t, val, test, stats)
 
 
@@ -199,17 +221,31 @@ def time_split(data: Interactions, *, val_quantile: float = 0.8, test_quantile: 
     train, train_t = [], []
     for u, (s, t) in enumerate(zip(data.items, data.times)):
         n_train = int(np.searchsorted(t, val_cut, side="left"))
-        train.append(s[:n_train]); train_t.append(t[:n_train])
+        train.append(s[:n_train])
+        train_t.append(t[:n_train])
         for j in range(n_train, len(s)):
             period = "validation" if t[j] < test_cut else "test"
             if j == 0:
                 cold[period] += 1
                 continue
             users, hist, tgt, tm = cases[period]
-            users.append(u); hist.append(s[:j]); tgt.append(s[j]); tm.append(t[j])
-    mk = {k: EvalCase(np.asarray(v[0], dtype=np.int64), v[1], np.asarray(v[2], dtype=np.int64),
-                      np.asarray(v[3], dtype=np.int64)) for k, v in cases.items()}
-    stats = {"val_cut": val_cut, "test_cut": test_cut, "train_interactions": int(sum(len(s) for s in train)),
-             "validation_requests": len(mk["validation"]), "test_requests": len(mk["test"]),
-             "cold_events_validation": cold["validation"], "cold_events_test": cold["test"]}
+            users.append(u)
+            hist.append(s[:j])
+            tgt.append(s[j])
+            tm.append(t[j])
+    mk = {
+        k: EvalCase(
+            np.asarray(v[0], dtype=np.int64), v[1], np.asarray(v[2], dtype=np.int64), np.asarray(v[3], dtype=np.int64)
+        )
+        for k, v in cases.items()
+    }
+    stats = {
+        "val_cut": val_cut,
+        "test_cut": test_cut,
+        "train_interactions": int(sum(len(s) for s in train)),
+        "validation_requests": len(mk["validation"]),
+        "test_requests": len(mk["test"]),
+        "cold_events_validation": cold["validation"],
+        "cold_events_test": cold["test"],
+    }
     return Split(train, train_t, mk["validation"], mk["test"], stats)

@@ -24,13 +24,26 @@ from agentpost.data.sources import DATASETS, HUB_SOURCES, DataChecksumError, Dat
 from agentpost.record.hashing import sha256_file
 from agentpost.project import project_root
 
-__all__ = ["DATASETS", "HUB_SOURCES", "DataChecksumError", "DataMissingError", "HubSource", "checksums", "data_file",
-           "dataset_dir", "files_read", "verify_file"]
+__all__ = [
+    "DATASETS",
+    "HUB_SOURCES",
+    "DataChecksumError",
+    "DataMissingError",
+    "HubSource",
+    "checksums",
+    "data_file",
+    "dataset_dir",
+    "files_read",
+    "verify_file",
+]
 
 #: Size and sha256 of every file in :data:`DATASETS`, pinned in the repository (the values of the data sets' SOURCE.md
 #: when the chapters were written; the hub sets' are those of :data:`HUB_SOURCES`).
 PINNED: dict[str, dict[str, tuple[int, str]]] = {
-    **{name: {f: (size, digest) for f, (_split, size, digest) in hub.files.items()} for name, hub in HUB_SOURCES.items()},
+    **{
+        name: {f: (size, digest) for f, (_split, size, digest) in hub.files.items()}
+        for name, hub in HUB_SOURCES.items()
+    },
     "stabletoolbench": {
         "apis.jsonl": (1315896, "4a0bf03cef462f083f0b4db0ca65fdb72a7f5f0db10850b9cad07a313cdf8127"),
         "queries.jsonl": (583836, "25b02c437bae7cc1329115c207765c7a43e67b7a6452340dc1ff147b658e737e"),
@@ -105,23 +118,31 @@ def verify_file(name: str, filename: str, path: Path) -> None:
     """Raise :class:`DataChecksumError` naming the file unless it has SOURCE.md's size and sha256."""
     expected = checksums(name).get(filename)
     if expected is None:
-        raise DataChecksumError(f"data file {name}/{filename} is not listed in {name}/SOURCE.md, so it cannot be checked")
+        raise DataChecksumError(
+            f"data file {name}/{filename} is not listed in {name}/SOURCE.md, so it cannot be checked"
+        )
     size, digest = expected
     try:
         actual_size = path.stat().st_size
         actual = sha256_file(path) if actual_size == size else ""
     except OSError as err:
-        raise DataMissingError(f"data file {name}/{filename} cannot be read: {err.strerror or type(err).__name__}") from None
+        raise DataMissingError(
+            f"data file {name}/{filename} cannot be read: {err.strerror or type(err).__name__}"
+        ) from None
     if actual_size != size:
         raise DataChecksumError(f"data file {name}/{filename} has {actual_size} bytes; {name}/SOURCE.md records {size}")
     if actual != digest:
-        raise DataChecksumError(f"data file {name}/{filename} has sha256 {actual[:12]}…; {name}/SOURCE.md records {digest[:12]}…")
+        raise DataChecksumError(
+            f"data file {name}/{filename} has sha256 {actual[:12]}…; {name}/SOURCE.md records {digest[:12]}…"
+        )
     pinned = PINNED.get(name, {}).get(filename)
     if pinned != expected:
         pin = f"{pinned[0]} bytes, sha256 {pinned[1][:12]}…" if pinned else "nothing"
-        raise DataChecksumError(f"data file {name}/{filename} matches {name}/SOURCE.md ({size} bytes, sha256 {digest[:12]}…) "
-                                f"but the repository pins {pin} (agentpost/data/registry.py PINNED): the data and its "
-                                "SOURCE.md are not the ones this checkout was written for")
+        raise DataChecksumError(
+            f"data file {name}/{filename} matches {name}/SOURCE.md ({size} bytes, sha256 {digest[:12]}…) "
+            f"but the repository pins {pin} (agentpost/data/registry.py PINNED): the data and its "
+            "SOURCE.md are not the ones this checkout was written for"
+        )
 
 
 def data_file(name: str, filename: str) -> Path:

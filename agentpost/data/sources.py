@@ -27,15 +27,23 @@ class HubSource:
 #: The hub fallback of DESIGN.md ("Data"); sizes and sha256 are those of the files' SOURCE.md
 #: (tests/unit/test_data_datasets.py checks that they agree).
 HUB_SOURCES: dict[str, HubSource] = {
-    "gsm8k": HubSource("openai/gsm8k", "main", {
-        "train.jsonl": ("train", 4166206, "17f347dc51477c50d4efb83959dbb7c56297aba886e5544ee2aaed3024813465"),
-        "test.jsonl": ("test", 749738, "3730d312f6e3440559ace48831e51066acaca737f6eabec99bccb9e4b3c39d14"),
-    }),
-    "wikitext-2": HubSource("Salesforce/wikitext", "wikitext-2-v1", {
-        "train.txt": ("train", 10797148, "9e9fa1ad55b1c2c95b08e37dd8e653f638fac2c6de904b79e813611eefbc985f"),
-        "valid.txt": ("validation", 1121681, "f0737ed31fc1329026e95cb8b98e19c2a182c39c240ab909dc31abf2f8af58e8"),
-        "test.txt": ("test", 1256449, "d790b833ef8cf03a90db7bf1271b7520b83c45ce07ba3c1a9699df81e239eca0"),
-    }),
+    "gsm8k": HubSource(
+        "openai/gsm8k",
+        "main",
+        {
+            "train.jsonl": ("train", 4166206, "17f347dc51477c50d4efb83959dbb7c56297aba886e5544ee2aaed3024813465"),
+            "test.jsonl": ("test", 749738, "3730d312f6e3440559ace48831e51066acaca737f6eabec99bccb9e4b3c39d14"),
+        },
+    ),
+    "wikitext-2": HubSource(
+        "Salesforce/wikitext",
+        "wikitext-2-v1",
+        {
+            "train.txt": ("train", 10797148, "9e9fa1ad55b1c2c95b08e37dd8e653f638fac2c6de904b79e813611eefbc985f"),
+            "valid.txt": ("validation", 1121681, "f0737ed31fc1329026e95cb8b98e19c2a182c39c240ab909dc31abf2f8af58e8"),
+            "test.txt": ("test", 1256449, "d790b833ef8cf03a90db7bf1271b7520b83c45ce07ba3c1a9699df81e239eca0"),
+        },
+    ),
 }
 
 

@@ -60,8 +60,8 @@ class Query:
     group: str
     query_id: int
     text: str
-    targets: tuple[str, ...]      # ground-truth API names, in file order
-    candidates: tuple[str, ...]   # the query's api_list (not used by retrieval)
+    targets: tuple[str, ...]  # ground-truth API names, in file order
+    candidates: tuple[str, ...]  # the query's api_list (not used by retrieval)
 
     @property
     def uid(self) -> str:
@@ -84,10 +84,21 @@ def load_apis() -> tuple[Api, ...]:
         for n, line in enumerate(f, 1):
             r = json.loads(line)
             try:
-                req, opt = (tuple(Param(p["name"], p["type"], p["description"], json.dumps(p["default"]))
-                                  for p in r[k]) for k in ("required_parameters", "optional_parameters"))
-                out.append(Api(r["category_name"], r["tool_name"], r["api_name"], r["api_description"] or "",
-                               r["method"], req, opt))
+                req, opt = (
+                    tuple(Param(p["name"], p["type"], p["description"], json.dumps(p["default"])) for p in r[k])
+                    for k in ("required_parameters", "optional_parameters")
+                )
+                out.append(
+                    Api(
+                        r["category_name"],
+                        r["tool_name"],
+                        r["api_name"],
+                        r["api_description"] or "",
+                        r["method"],
+                        req,
+                        opt,
+                    )
+                )
             except KeyError as e:
                 raise ValueError(f"apis.jsonl line {n}: missing field {e}") from None
     names = [a.name for a in out]
@@ -108,8 +119,9 @@ def load_queries() -> tuple[Query, ...]:
         missing = [t for t in targets if t not in known]
         if missing:
             raise ValueError(f"queries.jsonl line {n}: targets not in apis.jsonl: {missing}")
-        out.append(Query(r["group"], int(r["query_id"]), r["query"], targets,
-                         tuple(_name(t) for t in r["candidate_apis"])))
+        out.append(
+            Query(r["group"], int(r["query_id"]), r["query"], targets, tuple(_name(t) for t in r["candidate_apis"]))
+        )
     return tuple(out)
 
 

@@ -135,7 +135,6 @@ def tokenize_trace(trace: ToolTrace, tokenizer) -> TokenizedTrace:
     return TokenizedTrace(ids, prefix_len, spans, action_mask, name_mask, generated)
 
 
-
 def _check_split(split: str) -> None:
     if split not in SPLIT_GROUPS:
         raise ValueError(f"unknown split {split!r}; use one of {sorted(SPLIT_GROUPS)}")
@@ -155,11 +154,19 @@ def split_groups(seed: int = 0) -> dict[str, list[str]]:
 
 def _record(api: Api) -> dict:
     """The API's fields as in ``apis.jsonl`` (for the delimiter check over all of its text)."""
-    params = [[{"name": p.name, "type": p.type, "description": p.description, "default": json.loads(p.default)}
-               for p in ps] for ps in (api.required, api.optional)]
-    return {"category_name": api.category, "tool_name": api.tool, "api_name": api.api,
-            "api_description": api.description, "method": api.method, "required_parameters": params[0],
-            "optional_parameters": params[1]}
+    params = [
+        [{"name": p.name, "type": p.type, "description": p.description, "default": json.loads(p.default)} for p in ps]
+        for ps in (api.required, api.optional)
+    ]
+    return {
+        "category_name": api.category,
+        "tool_name": api.tool,
+        "api_name": api.api,
+        "api_description": api.description,
+        "method": api.method,
+        "required_parameters": params[0],
+        "optional_parameters": params[1],
+    }
 
 
 def _usable(api: Api) -> bool:
@@ -208,8 +215,9 @@ def render_doc(api: Api, max_doc_chars: int) -> str:
     return text if len(text) <= max_doc_chars else text[: max(max_doc_chars, header)] + " ..."
 
 
-def _one_trace(query: Query, pool: tuple[Api, ...], rng: random.Random, rounds: int, distractors: int,
-               max_doc_chars: int):
+def _one_trace(
+    query: Query, pool: tuple[Api, ...], rng: random.Random, rounds: int, distractors: int, max_doc_chars: int
+):
     apis = api_index()
     used_tools: set[str] = set()
     targets: list[Api] = []
@@ -238,13 +246,17 @@ def _one_trace(query: Query, pool: tuple[Api, ...], rng: random.Random, rounds: 
     source = [0] + [rng.randrange(r) for r in range(1, rounds)]
     out = []
     for r in range(rounds):
-        docs = [targets[j] for j in range(rounds) if source[j] == r] + distractor_apis[r * distractors:(r + 1) * distractors]
+        docs = [targets[j] for j in range(rounds) if source[j] == r] + distractor_apis[
+            r * distractors : (r + 1) * distractors
+        ]
         rng.shuffle(docs)
         observation = "<tool_response>\n" + "\n".join(render_doc(a, max_doc_chars) for a in docs) + "\n</tool_response>"
         target = targets[r]
         reasoning = rng.choice(_REASONING).format(k=r + 1, tool=target.tool)
         call = json.dumps({"name": qualified_name(target), "arguments": {}}, ensure_ascii=False)
-        out.append(TraceRound(observation, reasoning, f"<tool_call>{call}</tool_call>", qualified_name(target), source[r]))
+        out.append(
+            TraceRound(observation, reasoning, f"<tool_call>{call}</tool_call>", qualified_name(target), source[r])
+        )
     return tuple(out)
 
 
@@ -262,7 +274,9 @@ def build_traces(
     One trace per query by default; ``n_traces`` cycles through the split's queries. Deterministic for a seed."""
     _check_split(split)
     if rounds < 1 or distractors < 0 or max_doc_chars < 1:
-        raise ValueError(f"need rounds >= 1, distractors >= 0, max_doc_chars >= 1; got {rounds}, {distractors}, {max_doc_chars}")
+        raise ValueError(
+            f"need rounds >= 1, distractors >= 0, max_doc_chars >= 1; got {rounds}, {distractors}, {max_doc_chars}"
+        )
     if n_traces is not None and n_traces < 0:
         raise ValueError(f"n_traces must be >= 0, got {n_traces}")
     by_id = {str(q.query_id): q for q in load_queries()}
@@ -273,10 +287,7 @@ def build_traces(
     for i in range(n):
         q = by_id[ids[i % len(ids)]]
         rng = random.Random(f"trace/{seed}/{split}/{i}")
-        prefix = (
-            f"<|im_start|>system\n{SYSTEM_PROMPT}<|im_end|>\n"
-            f"<|im_start|>user\n{q.text.strip()}<|im_end|>\n"
-        )
+        prefix = f"<|im_start|>system\n{SYSTEM_PROMPT}<|im_end|>\n<|im_start|>user\n{q.text.strip()}<|im_end|>\n"
         rounds_ = _one_trace(q, pool, rng, rounds, distractors, max_doc_chars)
         traces.append(ToolTrace(str(q.query_id), q.group, prefix, rounds_))
     return traces

@@ -34,8 +34,13 @@ def articles(split: str) -> tuple[str, ...]:
     """The split's articles, each the text from its title line up to the next article's title."""
     lines = read_split(split).split("\n")
     starts = [
-        i for i, line in enumerate(lines)
-        if _TITLE.match(line) and i > 0 and lines[i - 1].strip() == "" and i + 1 < len(lines) and lines[i + 1].strip() == ""
+        i
+        for i, line in enumerate(lines)
+        if _TITLE.match(line)
+        and i > 0
+        and lines[i - 1].strip() == ""
+        and i + 1 < len(lines)
+        and lines[i + 1].strip() == ""
     ]
     bounds = starts + [len(lines)]
     return tuple("\n".join(lines[a:b]).strip("\n") for a, b in zip(bounds[:-1], bounds[1:]))

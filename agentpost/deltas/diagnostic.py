@@ -15,8 +15,16 @@ STREAMING_POLICIES = ("drift", "recency", "random", "key_norm")
 REFERENCE_POLICIES = ("attention",)
 
 
-def recall_grid(spec: RecallStreamSpec, seeds, budget_fractions, policies, *, buckets: int = 4,
-                retention: str = "bucketed", progress: bool = True) -> pd.DataFrame:
+def recall_grid(
+    spec: RecallStreamSpec,
+    seeds,
+    budget_fractions,
+    policies,
+    *,
+    buckets: int = 4,
+    retention: str = "bucketed",
+    progress: bool = True,
+) -> pd.DataFrame:
     """One row per (stream seed, budget fraction, policy, fact): recalled 0/1 and the budget in tokens."""
     rows = []
     for seed in tqdm(list(seeds), desc="recall streams", disable=not progress):
@@ -27,8 +35,17 @@ def recall_grid(spec: RecallStreamSpec, seeds, budget_fractions, policies, *, bu
             for policy in policies:
                 kw = {"buckets": buckets, "retention": retention} if policy == "drift" else {}
                 hits = recall_after_retention(stream, spec, policy, budget, seed, **kw)
-                rows += [{"seed": seed, "budget_frac": frac, "budget_tokens": budget, "policy": policy, "fact": i,
-                          "recalled": float(h)} for i, h in enumerate(hits.tolist())]
+                rows += [
+                    {
+                        "seed": seed,
+                        "budget_frac": frac,
+                        "budget_tokens": budget,
+                        "policy": policy,
+                        "fact": i,
+                        "recalled": float(h),
+                    }
+                    for i, h in enumerate(hits.tolist())
+                ]
     return pd.DataFrame(rows)
 
 
@@ -40,8 +57,13 @@ def drift_separation(spec: RecallStreamSpec, seeds) -> pd.DataFrame:
         s = make_stream(spec, seed)
         later = slice(1, None)
         fact, drift = s.is_fact[later], s.drift[later]
-        rows.append({"seed": seed, "fact_drift_median": float(drift[fact].median()),
-                     "distractor_drift_median": float(drift[~fact].median())})
+        rows.append(
+            {
+                "seed": seed,
+                "fact_drift_median": float(drift[fact].median()),
+                "distractor_drift_median": float(drift[~fact].median()),
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -56,8 +78,7 @@ def per_item(frame: pd.DataFrame, value: str, item: str | list[str]) -> dict[str
 def headroom(nll: pd.DataFrame) -> pd.DataFrame:
     """Per stream: the reference cuts' NLL (full, sinks_recent, no_kv) and the headroom
     NLL(sinks_recent) - NLL(full), the most any retention policy can win back on that stream."""
-    refs = nll[nll.policy.isin(["full", "sinks_recent", "no_kv"])].pivot(index="stream", columns="policy",
-                                                                         values="nll")
+    refs = nll[nll.policy.isin(["full", "sinks_recent", "no_kv"])].pivot(index="stream", columns="policy", values="nll")
     return refs.assign(headroom=refs.sinks_recent - refs.full).reset_index()
 
 

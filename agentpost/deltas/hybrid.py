@@ -37,20 +37,39 @@ class HybridConfig(PretrainedConfig):
 
     model_type = "agentpost_deltas_hybrid"
 
-    def __init__(self, vocab_size: int = 4096, hidden_size: int = 128, intermediate_size: int = 384,
-                 layer_types=("linear_attention", "full_attention", "linear_attention", "full_attention"),
-                 linear_num_heads: int = 2, linear_head_dim: int = 64, conv_kernel: int = 4,
-                 num_attention_heads: int = 4, head_dim: int = 32, rope_theta: float = 10000.0,
-                 rms_norm_eps: float = 1e-6, chunk_size: int = 64, initializer_range: float = 0.02,
-                 key_shift: bool = False, partial_rotary_factor: float = 1.0, **kwargs):
+    def __init__(
+        self,
+        vocab_size: int = 4096,
+        hidden_size: int = 128,
+        intermediate_size: int = 384,
+        layer_types=("linear_attention", "full_attention", "linear_attention", "full_attention"),
+        linear_num_heads: int = 2,
+        linear_head_dim: int = 64,
+        conv_kernel: int = 4,
+        num_attention_heads: int = 4,
+        head_dim: int = 32,
+        rope_theta: float = 10000.0,
+        rms_norm_eps: float = 1e-6,
+        chunk_size: int = 64,
+        initializer_range: float = 0.02,
+        key_shift: bool = False,
+        partial_rotary_factor: float = 1.0,
+        **kwargs,
+    ):
         kwargs.setdefault("tie_word_embeddings", False)
         super().__init__(**kwargs)
         bad = [t for t in layer_types if t not in LAYER_TYPES]
         if bad or not layer_types:
             raise ValueError(f"layer_types must be a non-empty list of {LAYER_TYPES}; got {list(layer_types)}")
-        for name, value in (("hidden_size", hidden_size), ("linear_num_heads", linear_num_heads),
-                            ("linear_head_dim", linear_head_dim), ("num_attention_heads", num_attention_heads),
-                            ("head_dim", head_dim), ("chunk_size", chunk_size), ("conv_kernel", conv_kernel)):
+        for name, value in (
+            ("hidden_size", hidden_size),
+            ("linear_num_heads", linear_num_heads),
+            ("linear_head_dim", linear_head_dim),
+            ("num_attention_heads", num_attention_heads),
+            ("head_dim", head_dim),
+            ("chunk_size", chunk_size),
+            ("conv_kernel", conv_kernel),
+        ):
             if value < 1:
                 raise ValueError(f"HybridConfig.{name} must be >= 1, got {value}")
         if head_dim % 2:
@@ -61,8 +80,10 @@ class HybridConfig(PretrainedConfig):
         self.num_attention_heads, self.head_dim, self.rope_theta = num_attention_heads, head_dim, rope_theta
         self.rms_norm_eps, self.chunk_size, self.initializer_range = rms_norm_eps, chunk_size, initializer_range
         if not 0 < partial_rotary_factor <= 1 or int(head_dim * partial_rotary_factor) % 2:
-            raise ValueError(f"HybridConfig.partial_rotary_factor must be in (0, 1] with an even number of rotated "
-                             f"dims, got {partial_rotary_factor} of head_dim {head_dim}")
+            raise ValueError(
+                f"HybridConfig.partial_rotary_factor must be in (0, 1] with an even number of rotated "
+                f"dims, got {partial_rotary_factor} of head_dim {head_dim}"
+            )
         self.key_shift, self.partial_rotary_factor = bool(key_shift), float(partial_rotary_factor)
 
     @property
@@ -75,7 +96,7 @@ class LinearState:
     """A gated-DeltaNet layer's carry: delta-rule state ``S`` ``[B, H, d_k, d_v]`` and the conv's last inputs."""
 
     S: torch.Tensor
-    conv: torch.Tensor                 # [B, channels, conv_kernel - 1]
+    conv: torch.Tensor  # [B, channels, conv_kernel - 1]
     log_decay: torch.Tensor | None = None  # [B, H] sum of g over the tokens of the call that made S (G_C of a chunk)
 
 
@@ -111,8 +132,9 @@ class HybridState:
     def keep(self, keep: torch.Tensor) -> "HybridState":
         """The same state with only the attention KV entries ``keep`` (indices into the cache); linear states and
         positions untouched."""
-        return HybridState([s.take(keep) if isinstance(s, AttentionCache) else s for s in self.layers],
-                           self.next_position)
+        return HybridState(
+            [s.take(keep) if isinstance(s, AttentionCache) else s for s in self.layers], self.next_position
+        )
 
 
 @dataclass
@@ -141,7 +163,7 @@ def rope(x: torch.Tensor, positions: torch.Tensor, theta: float, rotary_dim: int
     inv = theta ** (-torch.arange(0, d, 2, device=x.device, dtype=torch.float32) / d)
     ang = positions.to(x.device, torch.float32)[:, None] * inv[None]
     cos, sin = torch.cat([ang.cos(), ang.cos()], -1), torch.cat([ang.sin(), ang.sin()], -1)
-    x1, x2 = x[..., : d // 2], x[..., d // 2:]
+    x1, x2 = x[..., : d // 2], x[..., d // 2 :]
     return torch.cat([x * cos + torch.cat([-x2, x1], -1) * sin, rest], -1)
 
 
@@ -159,13 +181,13 @@ class GatedDeltaNet(nn.Module):
         self.z = nn.Linear(cfg.hidden_size, inner, bias=False)
         self.A_log = nn.Parameter(torch.log(torch.linspace(1.0, 16.0, self.H)))
         dt = torch.exp(torch.linspace(math.log(1e-3), math.log(1e-1), self.H))  # Mamba-2 / Qwen3-Next time-step range
-        self.dt_bias = nn.Parameter(dt + torch.log(-torch.expm1(-dt)))          # softplus(dt_bias) = dt
+        self.dt_bias = nn.Parameter(dt + torch.log(-torch.expm1(-dt)))  # softplus(dt_bias) = dt
         self.norm = RMSNorm(self.dk, cfg.rms_norm_eps)
         self.out = nn.Linear(inner, cfg.hidden_size, bias=False)
 
     def forward(self, x: torch.Tensor, state: LinearState | None):
         B, T, _ = x.shape
-        mixed = self.qkv(x).transpose(1, 2)                                   # [B, 3*inner, T]
+        mixed = self.qkv(x).transpose(1, 2)  # [B, 3*inner, T]
         prev = state.conv if state is not None else mixed.new_zeros(B, mixed.shape[1], self.K - 1)
         padded = torch.cat([prev, mixed], -1)
         conv = F.silu(F.conv1d(padded, self.conv.weight, groups=mixed.shape[1])).transpose(1, 2)
@@ -173,10 +195,18 @@ class GatedDeltaNet(nn.Module):
         q, k = F.normalize(q, dim=-1), F.normalize(k, dim=-1)
         a, b = self.ab(x).chunk(2, -1)
         g = -self.A_log.exp() * F.softplus(a + self.dt_bias)
-        o, S, _ = chunk_gated_delta(q, k, v, g, b.sigmoid(), initial_state=None if state is None else state.S,
-                                    chunk_size=self.chunk_size, with_drift=False)
+        o, S, _ = chunk_gated_delta(
+            q,
+            k,
+            v,
+            g,
+            b.sigmoid(),
+            initial_state=None if state is None else state.S,
+            chunk_size=self.chunk_size,
+            with_drift=False,
+        )
         o = self.norm(o.to(x.dtype)) * F.silu(self.z(x).reshape(B, T, self.H, self.dk))
-        return self.out(o.reshape(B, T, -1)), LinearState(S, padded[..., padded.shape[-1] - (self.K - 1):], g.sum(1))
+        return self.out(o.reshape(B, T, -1)), LinearState(S, padded[..., padded.shape[-1] - (self.K - 1) :], g.sum(1))
 
 
 class Attention(nn.Module):
@@ -215,10 +245,10 @@ class Attention(nn.Module):
             key_pos = torch.cat([cache.positions, positions])
         else:
             key_pos = positions
-        visible = key_pos.to(x.device)[None, :] <= positions.to(x.device)[:, None]         # [T, N]
+        visible = key_pos.to(x.device)[None, :] <= positions.to(x.device)[:, None]  # [T, N]
         weights = None
         if record:
-            scores = (q @ k.transpose(-1, -2)) / self.hd ** 0.5
+            scores = (q @ k.transpose(-1, -2)) / self.hd**0.5
             weights = scores.masked_fill(~visible, float("-inf")).softmax(-1)
             y = weights @ v
         elif cache is None:
@@ -270,8 +300,14 @@ class HybridForCausalLM(PreTrainedModel):
         if isinstance(module, Attention) and module.key_shift_logit is not None:
             nn.init.zeros_(module.key_shift_logit)  # an even mix of each key with its predecessor
 
-    def forward(self, input_ids: torch.Tensor, state: HybridState | None = None, labels: torch.Tensor | None = None,
-                record_attention: bool = False, **_) -> HybridOutput:
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        state: HybridState | None = None,
+        labels: torch.Tensor | None = None,
+        record_attention: bool = False,
+        **_,
+    ) -> HybridOutput:
         start = 0 if state is None else state.next_position
         T = input_ids.shape[1]
         positions = torch.arange(start, start + T, device=input_ids.device)
@@ -294,5 +330,7 @@ def load_hybrid(path) -> HybridForCausalLM:
     from pathlib import Path
 
     if not (Path(path) / "model.safetensors").is_file():
-        raise FileNotFoundError(f"no hybrid checkpoint at {path}; train one with `python -m agentpost.deltas.train_hybrid`")
+        raise FileNotFoundError(
+            f"no hybrid checkpoint at {path}; train one with `python -m agentpost.deltas.train_hybrid`"
+        )
     return HybridForCausalLM.from_pretrained(str(path)).eval()

@@ -24,18 +24,18 @@ from agentpost.deltas.rule import chunk_gated_delta
 
 @dataclass(frozen=True)
 class RecallStreamSpec:
-    n_facts: int = 12               # fact chunks (novel tokens)
-    n_distractor_chunks: int = 36   # distractor chunks, each a repeat of one of n_distractor_kinds
-    n_distractor_kinds: int = 3     # distinct distractor chunks
-    chunk_size: int = 8             # tokens per chunk
-    d_model: int = 128              # embedding size of a token
-    d_key: int = 128                # key/value size of the gated-delta layer and the attention cache (> stored pairs)
-    alpha: float = 1.0              # gate of the gated-delta layer (1 = no decay)
-    beta: float = 0.9               # write strength of the gated-delta layer
-    sharpness: float = 16.0         # inverse temperature of the recall attention (on key cosines)
-    n_sinks: int = 4                # attention-sink tokens every policy keeps
-    n_recent: int = 8               # recent-window tokens every policy keeps
-    drift_norm: str = "relative"    # spec ambiguity 1: relative (with eps 1e-6) or absolute
+    n_facts: int = 12  # fact chunks (novel tokens)
+    n_distractor_chunks: int = 36  # distractor chunks, each a repeat of one of n_distractor_kinds
+    n_distractor_kinds: int = 3  # distinct distractor chunks
+    chunk_size: int = 8  # tokens per chunk
+    d_model: int = 128  # embedding size of a token
+    d_key: int = 128  # key/value size of the gated-delta layer and the attention cache (> stored pairs)
+    alpha: float = 1.0  # gate of the gated-delta layer (1 = no decay)
+    beta: float = 0.9  # write strength of the gated-delta layer
+    sharpness: float = 16.0  # inverse temperature of the recall attention (on key cosines)
+    n_sinks: int = 4  # attention-sink tokens every policy keeps
+    n_recent: int = 8  # recent-window tokens every policy keeps
+    drift_norm: str = "relative"  # spec ambiguity 1: relative (with eps 1e-6) or absolute
 
     def __post_init__(self):
         for name in ("n_facts", "n_distractor_chunks", "n_distractor_kinds", "chunk_size", "d_model", "d_key"):
@@ -47,19 +47,19 @@ class RecallStreamSpec:
 
 @dataclass
 class RecallStream:
-    keys: torch.Tensor          # [N, d_key] raw keys of the cached tokens
-    values: torch.Tensor        # [N, d_key]
-    chunk_ids: torch.Tensor     # [N]
-    is_fact: torch.Tensor       # [n_chunks] bool
-    drift: torch.Tensor         # [n_chunks] drift of each chunk in the gated-delta layer
+    keys: torch.Tensor  # [N, d_key] raw keys of the cached tokens
+    values: torch.Tensor  # [N, d_key]
+    chunk_ids: torch.Tensor  # [N]
+    is_fact: torch.Tensor  # [n_chunks] bool
+    drift: torch.Tensor  # [n_chunks] drift of each chunk in the gated-delta layer
     fact_query_token: torch.Tensor  # [n_facts] index of the token each fact is queried by
 
 
 def make_stream(spec: RecallStreamSpec, seed: int) -> RecallStream:
     """One seeded stream: chunks shuffled so facts and distractors interleave; drift from the delta layer."""
     gen = torch.Generator().manual_seed(seed)
-    W_k = torch.randn(spec.d_model, spec.d_key, generator=gen) / spec.d_model ** 0.5
-    W_v = torch.randn(spec.d_model, spec.d_key, generator=gen) / spec.d_model ** 0.5
+    W_k = torch.randn(spec.d_model, spec.d_key, generator=gen) / spec.d_model**0.5
+    W_v = torch.randn(spec.d_model, spec.d_key, generator=gen) / spec.d_model**0.5
     kinds = torch.randn(spec.n_distractor_kinds, spec.chunk_size, spec.d_model, generator=gen)
     facts = torch.randn(spec.n_facts, spec.chunk_size, spec.d_model, generator=gen)
     order = torch.randperm(spec.n_facts + spec.n_distractor_chunks, generator=gen)
@@ -73,33 +73,48 @@ def make_stream(spec: RecallStreamSpec, seed: int) -> RecallStream:
         else:
             chunks.append(kinds[distractor_kind[slot - spec.n_facts]])
             is_fact.append(False)
-    x = torch.cat(chunks)                                                   # [N, d_model]
+    x = torch.cat(chunks)  # [N, d_model]
     keys, values = x @ W_k, x @ W_v
     unit = torch.nn.functional.normalize(keys, dim=-1)
     T = x.shape[0]
     g = torch.full((1, T, 1), float(torch.log(torch.tensor(spec.alpha))))
     beta = torch.full((1, T, 1), spec.beta)
-    _, _, drift = chunk_gated_delta(unit[None, :, None], unit[None, :, None], values[None, :, None], g, beta,
-                                    chunk_size=spec.chunk_size, drift_norm=spec.drift_norm)
+    _, _, drift = chunk_gated_delta(
+        unit[None, :, None],
+        unit[None, :, None],
+        values[None, :, None],
+        g,
+        beta,
+        chunk_size=spec.chunk_size,
+        drift_norm=spec.drift_norm,
+    )
     offset = torch.randint(0, spec.chunk_size, (spec.n_facts,), generator=gen)
     query = torch.tensor([fact_chunk[f] * spec.chunk_size for f in range(spec.n_facts)]) + offset
     return RecallStream(keys, values, torch.arange(T) // spec.chunk_size, torch.tensor(is_fact), drift[0, 0], query)
 
 
-def recall_after_retention(stream: RecallStream, spec: RecallStreamSpec, policy: str, budget: int,
-                           seed: int, **policy_kwargs) -> torch.Tensor:
+def recall_after_retention(
+    stream: RecallStream, spec: RecallStreamSpec, policy: str, budget: int, seed: int, **policy_kwargs
+) -> torch.Tensor:
     """Per fact 1.0 if it is recalled from the cache kept by ``policy`` at ``budget`` tokens, else 0.0."""
     keys_unit = torch.nn.functional.normalize(stream.keys, dim=-1)
-    queries = keys_unit[stream.fact_query_token]                              # [n_facts, d]
+    queries = keys_unit[stream.fact_query_token]  # [n_facts, d]
     attention = None
     if policy == "attention":  # query-aware reference: total attention mass from all the questions
         attention = torch.softmax(spec.sharpness * queries @ keys_unit.T, dim=-1).sum(0)
-    entries = CacheEntries(positions=torch.arange(len(stream.keys)), chunk_ids=stream.chunk_ids,
-                           drift=stream.drift[stream.chunk_ids], key_norm=stream.keys.norm(dim=-1), attention=attention)
+    entries = CacheEntries(
+        positions=torch.arange(len(stream.keys)),
+        chunk_ids=stream.chunk_ids,
+        drift=stream.drift[stream.chunk_ids],
+        key_norm=stream.keys.norm(dim=-1),
+        attention=attention,
+    )
     extra = {"seed": seed} if policy == "random" else {}
-    keep = make_policy(policy, n_sinks=spec.n_sinks, n_recent=spec.n_recent, **extra, **policy_kwargs).keep(entries, budget)
+    keep = make_policy(policy, n_sinks=spec.n_sinks, n_recent=spec.n_recent, **extra, **policy_kwargs).keep(
+        entries, budget
+    )
     weights = torch.softmax(spec.sharpness * queries @ keys_unit[keep].T, dim=-1)
-    answer = weights @ stream.values[keep]                                    # [n_facts, d]
+    answer = weights @ stream.values[keep]  # [n_facts, d]
     distinct = torch.unique(stream.values, dim=0)
     nearest = torch.nn.functional.cosine_similarity(answer[:, None], distinct[None], dim=-1).argmax(-1)
     truth = stream.values[stream.fact_query_token]

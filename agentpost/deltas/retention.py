@@ -28,10 +28,10 @@ RETENTION_MODES = ("bucketed", "global")
 class CacheEntries:
     """What a policy may see of the ``N`` cached full-attention entries, in cache order."""
 
-    positions: torch.Tensor              # [N] original positions (int64)
-    chunk_ids: torch.Tensor              # [N] arrival chunk of each entry (int64)
-    drift: torch.Tensor                  # [N] the drift of the entry's chunk
-    key_norm: torch.Tensor               # [N] L2 norm of the entry's key (mean over heads and layers)
+    positions: torch.Tensor  # [N] original positions (int64)
+    chunk_ids: torch.Tensor  # [N] arrival chunk of each entry (int64)
+    drift: torch.Tensor  # [N] the drift of the entry's chunk
+    key_norm: torch.Tensor  # [N] L2 norm of the entry's key (mean over heads and layers)
     attention: torch.Tensor | None = None  # [N] attention mass from the final query (query-aware reference only)
 
     def __post_init__(self):
@@ -45,15 +45,17 @@ class CacheEntries:
 
     def take(self, keep: torch.Tensor) -> "CacheEntries":
         pick = lambda x: None if x is None else x[keep]  # noqa: E731
-        return CacheEntries(self.positions[keep], self.chunk_ids[keep], self.drift[keep], self.key_norm[keep],
-                            pick(self.attention))
+        return CacheEntries(
+            self.positions[keep], self.chunk_ids[keep], self.drift[keep], self.key_norm[keep], pick(self.attention)
+        )
 
     def extend(self, new: "CacheEntries") -> "CacheEntries":
         """These entries followed by ``new`` (a chunk's arrivals; no attention reference on either)."""
         if self.attention is not None or new.attention is not None:
             raise ValueError("CacheEntries.extend: entries with an attention reference cannot be extended")
-        return CacheEntries(*(torch.cat([getattr(self, f), getattr(new, f)])
-                              for f in ("positions", "chunk_ids", "drift", "key_norm")))
+        return CacheEntries(
+            *(torch.cat([getattr(self, f), getattr(new, f)]) for f in ("positions", "chunk_ids", "drift", "key_norm"))
+        )
 
 
 @dataclass(eq=False, kw_only=True)

@@ -33,14 +33,25 @@ DRIFT_SOURCES = ("raw", "write")
 
 def _check(q, k, v, g, beta):
     if q.dim() != 4 or k.shape != q.shape or v.shape[:3] != q.shape[:3]:
-        raise ValueError(f"q, k must be [B, T, H, d_k] and v [B, T, H, d_v]; got {tuple(q.shape)}, {tuple(k.shape)}, "
-                         f"{tuple(v.shape)}")
+        raise ValueError(
+            f"q, k must be [B, T, H, d_k] and v [B, T, H, d_v]; got {tuple(q.shape)}, {tuple(k.shape)}, "
+            f"{tuple(v.shape)}"
+        )
     if g.shape != q.shape[:3] or beta.shape != q.shape[:3]:
-        raise ValueError(f"g and beta must be [B, T, H] = {tuple(q.shape[:3])}; got {tuple(g.shape)}, {tuple(beta.shape)}")
+        raise ValueError(
+            f"g and beta must be [B, T, H] = {tuple(q.shape[:3])}; got {tuple(g.shape)}, {tuple(beta.shape)}"
+        )
 
 
-def state_drift(before: torch.Tensor, after: torch.Tensor, *, drift_norm: str = "relative",
-                eps: float = 1e-6, drift_source: str = "raw", log_decay: torch.Tensor | None = None) -> torch.Tensor:
+def state_drift(
+    before: torch.Tensor,
+    after: torch.Tensor,
+    *,
+    drift_norm: str = "relative",
+    eps: float = 1e-6,
+    drift_source: str = "raw",
+    log_decay: torch.Tensor | None = None,
+) -> torch.Tensor:
     """Per-head drift ``||after - before||_F / (||before||_F + eps)`` over the last two dims (spec ambiguity 1);
     with ``drift_source="write"`` the change is ``after - e^{log_decay} before`` (ambiguity 3), ``log_decay`` the
     chunk's cumulative log-decay ``G_C`` per head (the shape of ``before`` without its last two dims)."""
@@ -67,14 +78,29 @@ def _prepare(q, k, v, g, beta, initial_state, scale, dtype=torch.float32):
     B, T, H, dk = k.shape
     s = 1.0 / math.sqrt(dk) if scale is None else float(scale)
     q, k, v, g, beta = (x.transpose(1, 2).to(dtype) for x in (q, k, v, g, beta))
-    S = (torch.zeros(B, H, dk, v.shape[-1], device=k.device, dtype=dtype) if initial_state is None
-         else initial_state.to(dtype).clone())
+    S = (
+        torch.zeros(B, H, dk, v.shape[-1], device=k.device, dtype=dtype)
+        if initial_state is None
+        else initial_state.to(dtype).clone()
+    )
     return (s * q, k, v, g, beta), S
 
 
-def recurrent_gated_delta(q, k, v, g, beta, *, initial_state=None, scale: float | None = None,
-                          chunk_size: int | None = None, drift_norm: str = "relative", eps: float = 1e-6,
-                          drift_source: str = "raw", dtype: torch.dtype = torch.float32):
+def recurrent_gated_delta(
+    q,
+    k,
+    v,
+    g,
+    beta,
+    *,
+    initial_state=None,
+    scale: float | None = None,
+    chunk_size: int | None = None,
+    drift_norm: str = "relative",
+    eps: float = 1e-6,
+    drift_source: str = "raw",
+    dtype: torch.dtype = torch.float32,
+):
     """Token-by-token gated delta rule (the reference), computed in ``dtype`` (float64 for the kernels' tests).
     Returns ``(o, final_state, drift)``.
 
@@ -91,16 +117,29 @@ def recurrent_gated_delta(q, k, v, g, beta, *, initial_state=None, scale: float 
         S = S + k[:, :, t, :, None] * delta[:, :, None, :]
         o[:, :, t] = torch.einsum("bhkv,bhk->bhv", S, q[:, :, t])
         if chunk_size and ((t + 1) % chunk_size == 0 or t == T - 1):
-            drifts.append(state_drift(before, S, drift_norm=drift_norm, eps=eps, drift_source=drift_source,
-                                      log_decay=log_decay))
+            drifts.append(
+                state_drift(before, S, drift_norm=drift_norm, eps=eps, drift_source=drift_source, log_decay=log_decay)
+            )
             before, log_decay = S.clone(), torch.zeros_like(log_decay)
     drift = torch.stack(drifts, dim=-1) if chunk_size else None
     return o.transpose(1, 2), S, drift
 
 
-def chunk_gated_delta(q, k, v, g, beta, *, initial_state=None, scale: float | None = None, chunk_size: int = 64,
-                      with_drift: bool = True, drift_norm: str = "relative", eps: float = 1e-6,
-                      drift_source: str = "raw"):
+def chunk_gated_delta(
+    q,
+    k,
+    v,
+    g,
+    beta,
+    *,
+    initial_state=None,
+    scale: float | None = None,
+    chunk_size: int = 64,
+    with_drift: bool = True,
+    drift_norm: str = "relative",
+    eps: float = 1e-6,
+    drift_source: str = "raw",
+):
     """Chunked (UT-transform) gated delta rule with the drift of every chunk. Returns ``(o, final_state, drift)``.
 
     Same results as :func:`recurrent_gated_delta` to float tolerance; ``drift`` is ``[B, H, ceil(T / chunk_size)]``
@@ -115,7 +154,7 @@ def chunk_gated_delta(q, k, v, g, beta, *, initial_state=None, scale: float | No
     for c0 in range(0, T, chunk_size):
         sl = slice(c0, min(c0 + chunk_size, T))
         qc, kc, vc, bc = q[:, :, sl], k[:, :, sl], v[:, :, sl], beta[:, :, sl]
-        G = g[:, :, sl].cumsum(-1)                                     # [B, H, C]
+        G = g[:, :, sl].cumsum(-1)  # [B, H, C]
         C = G.shape[-1]
         lower = torch.ones(C, C, dtype=torch.bool, device=q.device).tril()
         strict = lower.clone().fill_diagonal_(False)
@@ -126,7 +165,8 @@ def chunk_gated_delta(q, k, v, g, beta, *, initial_state=None, scale: float | No
         o[:, :, sl] = G.exp()[..., None] * (qc @ S) + (decay * (qc @ kc.transpose(-1, -2))) @ U
         S_new = G[..., -1:, None].exp() * S + kc.transpose(-1, -2) @ ((G[..., -1:] - G).exp()[..., None] * U)
         if with_drift:
-            drifts.append(state_drift(S, S_new, drift_norm=drift_norm, eps=eps, drift_source=drift_source,
-                                      log_decay=G[..., -1]))
+            drifts.append(
+                state_drift(S, S_new, drift_norm=drift_norm, eps=eps, drift_source=drift_source, log_decay=G[..., -1])
+            )
         S = S_new
     return o.transpose(1, 2), S, (torch.stack(drifts, dim=-1) if with_drift else None)

@@ -57,7 +57,7 @@ class PrefixRecord:
 
     state: HybridState
     entries: CacheEntries
-    chunk_drift: torch.Tensor          # [n_chunks]
+    chunk_drift: torch.Tensor  # [n_chunks]
     #: [n_chunks, layers, heads] share of each head's raw change that is decay alone,
     #: ||(e^G - 1) S_before|| / ||S_after - S_before|| (1 = the head drifts by forgetting only)
     decay_share: torch.Tensor
@@ -78,8 +78,17 @@ def _check_drift_readings(chunk_tokens: int, drift_source: str, layer_agg: str, 
         _aggregate(torch.zeros(1), how, 0)
 
 
-def _read_chunk(model: HybridForCausalLM, chunk: torch.Tensor, state: HybridState | None, *, drift_norm: str,
-                eps: float, drift_source: str, layer_agg: str, head_agg: str):
+def _read_chunk(
+    model: HybridForCausalLM,
+    chunk: torch.Tensor,
+    state: HybridState | None,
+    *,
+    drift_norm: str,
+    eps: float,
+    drift_source: str,
+    layer_agg: str,
+    head_agg: str,
+):
     """Feed one chunk ``[1, T]`` on ``state`` (spec pseudo-code step 1). Returns the new state, the chunk's drift
     (``drift_source``, over heads by ``head_agg`` then layers by ``layer_agg``), each (layer, head)'s decay share
     ``||(e^G - 1) S_before|| / ||S_after - S_before||`` and the key norm of each arriving entry ``[T]`` (mean over
@@ -90,11 +99,16 @@ def _read_chunk(model: HybridForCausalLM, chunk: torch.Tensor, state: HybridStat
     decays = [s.log_decay for s in state.layers if isinstance(s, LinearState)]
     if before is None:
         before = [torch.zeros_like(s) for s in after]
-    per_head = torch.stack([state_drift(b, a, drift_norm=drift_norm, eps=eps, drift_source=drift_source,
-                                        log_decay=g)[0] for b, a, g in zip(before, after, decays)])  # [L, H]
+    per_head = torch.stack(
+        [
+            state_drift(b, a, drift_norm=drift_norm, eps=eps, drift_source=drift_source, log_decay=g)[0]
+            for b, a, g in zip(before, after, decays)
+        ]
+    )  # [L, H]
     drift = _aggregate(_aggregate(per_head, head_agg, 1), layer_agg, 0)
-    decay_part = torch.stack([torch.linalg.matrix_norm((g.exp()[..., None, None] - 1) * b.float())[0]
-                              for b, g in zip(before, decays)])
+    decay_part = torch.stack(
+        [torch.linalg.matrix_norm((g.exp()[..., None, None] - 1) * b.float())[0] for b, g in zip(before, decays)]
+    )
     raw = torch.stack([torch.linalg.matrix_norm((a - b).float())[0] for b, a in zip(before, after)])
     T = chunk.shape[1]
     key_norm = torch.stack([c.keys[0, :, -T:].norm(dim=-1).mean(0) for c in state.attention_caches()]).mean(0)
@@ -102,9 +116,17 @@ def _read_chunk(model: HybridForCausalLM, chunk: torch.Tensor, state: HybridStat
 
 
 @torch.no_grad()
-def read_prefix(model: HybridForCausalLM, prefix: torch.Tensor, chunk_tokens: int, *, drift_norm: str = "relative",
-                eps: float = 1e-6, drift_source: str = "raw", layer_agg: str = "mean",
-                head_agg: str = "mean") -> PrefixRecord:
+def read_prefix(
+    model: HybridForCausalLM,
+    prefix: torch.Tensor,
+    chunk_tokens: int,
+    *,
+    drift_norm: str = "relative",
+    eps: float = 1e-6,
+    drift_source: str = "raw",
+    layer_agg: str = "mean",
+    head_agg: str = "mean",
+) -> PrefixRecord:
     """Step 1 of the protocol on a 1-D token tensor ``prefix`` with nothing evicted: per chunk, each DeltaNet head's
     drift (``drift_source``), aggregated over heads (``head_agg``) then layers (``layer_agg``)."""
     if prefix.dim() != 1 or prefix.numel() < 1:
@@ -113,23 +135,44 @@ def read_prefix(model: HybridForCausalLM, prefix: torch.Tensor, chunk_tokens: in
     ids = prefix.to(next(model.parameters()).device)[None]
     state, drifts, shares, key_norms = None, [], [], []
     for c0 in range(0, ids.shape[1], chunk_tokens):
-        state, drift, share, key_norm = _read_chunk(model, ids[:, c0:c0 + chunk_tokens], state, drift_norm=drift_norm,
-                                                    eps=eps, drift_source=drift_source, layer_agg=layer_agg,
-                                                    head_agg=head_agg)
+        state, drift, share, key_norm = _read_chunk(
+            model,
+            ids[:, c0 : c0 + chunk_tokens],
+            state,
+            drift_norm=drift_norm,
+            eps=eps,
+            drift_source=drift_source,
+            layer_agg=layer_agg,
+            head_agg=head_agg,
+        )
         drifts.append(drift)
         shares.append(share)
         key_norms.append(key_norm)
     chunk_drift = torch.stack(drifts)
     chunk_ids = torch.arange(ids.shape[1]) // chunk_tokens
-    entries = CacheEntries(positions=torch.arange(ids.shape[1]), chunk_ids=chunk_ids, drift=chunk_drift[chunk_ids],
-                           key_norm=torch.cat(key_norms))
+    entries = CacheEntries(
+        positions=torch.arange(ids.shape[1]),
+        chunk_ids=chunk_ids,
+        drift=chunk_drift[chunk_ids],
+        key_norm=torch.cat(key_norms),
+    )
     return PrefixRecord(state, entries, chunk_drift, torch.stack(shares))
 
 
 @torch.no_grad()
-def stream_prefix(model: HybridForCausalLM, prefix: torch.Tensor, chunk_tokens: int, policy, budget: int, *,
-                  drift_norm: str = "relative", eps: float = 1e-6, drift_source: str = "raw", layer_agg: str = "mean",
-                  head_agg: str = "mean") -> tuple[HybridState, CacheEntries]:
+def stream_prefix(
+    model: HybridForCausalLM,
+    prefix: torch.Tensor,
+    chunk_tokens: int,
+    policy,
+    budget: int,
+    *,
+    drift_norm: str = "relative",
+    eps: float = 1e-6,
+    drift_source: str = "raw",
+    layer_agg: str = "mean",
+    head_agg: str = "mean",
+) -> tuple[HybridState, CacheEntries]:
     """The spec's streaming pseudo-code (steps 1-2) on a 1-D ``prefix``: feed it chunk by chunk; tag each chunk's
     full-attention entries with the chunk's drift, read on the state this policy's earlier evictions left; whenever
     the cache holds more than ``budget`` entries, ``policy`` (a streaming one) keeps ``budget`` of them, which keep
@@ -140,12 +183,20 @@ def stream_prefix(model: HybridForCausalLM, prefix: torch.Tensor, chunk_tokens: 
     ids = prefix.to(next(model.parameters()).device)[None]
     state, entries = None, None
     for c, c0 in enumerate(range(0, ids.shape[1], chunk_tokens)):
-        state, drift, _, key_norm = _read_chunk(model, ids[:, c0:c0 + chunk_tokens], state, drift_norm=drift_norm,
-                                                eps=eps, drift_source=drift_source, layer_agg=layer_agg,
-                                                head_agg=head_agg)
+        state, drift, _, key_norm = _read_chunk(
+            model,
+            ids[:, c0 : c0 + chunk_tokens],
+            state,
+            drift_norm=drift_norm,
+            eps=eps,
+            drift_source=drift_source,
+            layer_agg=layer_agg,
+            head_agg=head_agg,
+        )
         T = key_norm.numel()
-        arrived = CacheEntries(positions=torch.arange(c0, c0 + T), chunk_ids=torch.full((T,), c),
-                               drift=drift.expand(T), key_norm=key_norm)
+        arrived = CacheEntries(
+            positions=torch.arange(c0, c0 + T), chunk_ids=torch.full((T,), c), drift=drift.expand(T), key_norm=key_norm
+        )
         entries = arrived if entries is None else entries.extend(arrived)
         if len(entries) > budget:
             keep = policy.keep(entries, budget)
@@ -154,8 +205,9 @@ def stream_prefix(model: HybridForCausalLM, prefix: torch.Tensor, chunk_tokens: 
 
 
 @torch.no_grad()
-def continuation_nll(model: HybridForCausalLM, state: HybridState, continuation: torch.Tensor,
-                     record_attention: bool = False):
+def continuation_nll(
+    model: HybridForCausalLM, state: HybridState, continuation: torch.Tensor, record_attention: bool = False
+):
     """Step 3: per-target NLL ``[M]`` of ``continuation[1:]`` given ``continuation[:-1]`` fed on ``state``; with
     ``record_attention`` also the mass each cached prefix entry gets (mean over layers, heads, queries)."""
     device = next(model.parameters()).device
@@ -179,17 +231,34 @@ def check_budgets(budget_fractions, prefix_tokens: int, n_sinks: int, n_recent: 
     """Every budget must leave entries to choose beyond the sinks and the recent window (else all policies agree)."""
     for frac in budget_fractions:
         if budget_tokens(frac, prefix_tokens) <= n_sinks + n_recent:
-            raise ValueError(f"budget {frac} of {prefix_tokens} prefix tokens = {budget_tokens(frac, prefix_tokens)} "
-                             f"entries leaves nothing to choose after {n_sinks} sinks + {n_recent} recent; raise the "
-                             f"budget or the prefix, or lower n_sinks / n_recent")
+            raise ValueError(
+                f"budget {frac} of {prefix_tokens} prefix tokens = {budget_tokens(frac, prefix_tokens)} "
+                f"entries leaves nothing to choose after {n_sinks} sinks + {n_recent} recent; raise the "
+                f"budget or the prefix, or lower n_sinks / n_recent"
+            )
 
 
 @torch.no_grad()
-def stream_budget_rows(model: HybridForCausalLM, tokens: torch.Tensor, prefix_tokens: int, chunk_tokens: int,
-                       budget_fractions, policies, *, n_sinks: int, n_recent: int, buckets: int = 4,
-                       retention: str = "bucketed", drift_norm: str = "relative", drift_source: str = "raw",
-                       layer_agg: str = "mean", head_agg: str = "mean", eps: float = 1e-6,
-                       random_seed: int = 0, eviction: str = "streaming") -> dict:
+def stream_budget_rows(
+    model: HybridForCausalLM,
+    tokens: torch.Tensor,
+    prefix_tokens: int,
+    chunk_tokens: int,
+    budget_fractions,
+    policies,
+    *,
+    n_sinks: int,
+    n_recent: int,
+    buckets: int = 4,
+    retention: str = "bucketed",
+    drift_norm: str = "relative",
+    drift_source: str = "raw",
+    layer_agg: str = "mean",
+    head_agg: str = "mean",
+    eps: float = 1e-6,
+    random_seed: int = 0,
+    eviction: str = "streaming",
+) -> dict:
     """The protocol on one stream ``tokens`` (``P + M + 1`` ids). ``eviction`` (:data:`EVICTIONS`): ``"streaming"``
     evicts whenever the cache exceeds the budget while the prefix is read (:func:`stream_prefix`, the spec's
     pseudo-code); ``"once"`` reads the whole prefix with full KV and cuts it once. The query-aware attention
@@ -198,24 +267,37 @@ def stream_budget_rows(model: HybridForCausalLM, tokens: torch.Tensor, prefix_to
     cut (budget_frac NaN); per budget and policy the share of the attention reference's kept middle positions that
     the policy also keeps; drift, decay share (mean over heads) and attention mass per chunk of the full-KV read."""
     if tokens.numel() < prefix_tokens + 2:
-        raise ValueError(f"a stream needs at least prefix_tokens + 2 = {prefix_tokens + 2} tokens, got {tokens.numel()}")
+        raise ValueError(
+            f"a stream needs at least prefix_tokens + 2 = {prefix_tokens + 2} tokens, got {tokens.numel()}"
+        )
     if eviction not in EVICTIONS:
         raise ValueError(f"eviction must be one of {EVICTIONS}, got {eviction!r}")
-    drift_kw = {"drift_norm": drift_norm, "eps": eps, "drift_source": drift_source, "layer_agg": layer_agg,
-                "head_agg": head_agg}
+    drift_kw = {
+        "drift_norm": drift_norm,
+        "eps": eps,
+        "drift_source": drift_source,
+        "layer_agg": layer_agg,
+        "head_agg": head_agg,
+    }
     record = read_prefix(model, tokens[:prefix_tokens], chunk_tokens, **drift_kw)
     continuation = tokens[prefix_tokens:]
     full_nll = continuation_nll(model, record.state, continuation)
     _, mass = continuation_nll(model, record.state, continuation, record_attention=True)
-    entries = CacheEntries(record.entries.positions, record.entries.chunk_ids, record.entries.drift,
-                           record.entries.key_norm, attention=mass)
+    entries = CacheEntries(
+        record.entries.positions,
+        record.entries.chunk_ids,
+        record.entries.drift,
+        record.entries.key_norm,
+        attention=mass,
+    )
     protected = protected_mask(len(entries), n_sinks, n_recent)  # what every policy keeps
     reference_keeps = {"sinks_recent": torch.nonzero(protected).flatten(), "no_kv": torch.zeros(0, dtype=torch.long)}
     nll_rows = [{"budget_frac": float("nan"), "policy": "full", "kept": len(entries), "nll": float(full_nll.mean())}]
     for name, keep in reference_keeps.items():
         nll = continuation_nll(model, record.state.keep(keep), continuation)
-        nll_rows.append({"budget_frac": float("nan"), "policy": name, "kept": int(keep.numel()),
-                         "nll": float(nll.mean())})
+        nll_rows.append(
+            {"budget_frac": float("nan"), "policy": name, "kept": int(keep.numel()), "nll": float(nll.mean())}
+        )
     overlap_rows = []
     middle = ~protected
     for frac in budget_fractions:
@@ -235,8 +317,9 @@ def stream_budget_rows(model: HybridForCausalLM, tokens: torch.Tensor, prefix_to
                 keep = policy.keep(entries, budget)
                 state, kept[name] = record.state.keep(keep), entries.positions[keep]
             nll = continuation_nll(model, state, continuation)
-            nll_rows.append({"budget_frac": frac, "policy": name, "kept": int(kept[name].numel()),
-                             "nll": float(nll.mean())})
+            nll_rows.append(
+                {"budget_frac": frac, "policy": name, "kept": int(kept[name].numel()), "nll": float(nll.mean())}
+            )
         if "attention" in kept:  # positions: the full read's cache index of an entry is its position
             ref = set(kept["attention"][middle[kept["attention"]]].tolist())
             for name, keep in kept.items():
@@ -245,27 +328,45 @@ def stream_budget_rows(model: HybridForCausalLM, tokens: torch.Tensor, prefix_to
                     overlap_rows.append({"budget_frac": frac, "policy": name, "overlap": len(mine & ref) / len(ref)})
     n_chunks = record.chunk_drift.numel()
     chunk_mass = torch.zeros(n_chunks).index_add_(0, record.entries.chunk_ids, mass)
-    chunks = pd.DataFrame({"chunk": np.arange(n_chunks), "drift": record.chunk_drift.numpy(),
-                           "decay_share": record.decay_share.mean(dim=(1, 2)).numpy(),
-                           "attention_mass": chunk_mass.numpy()})
-    heads = pd.DataFrame([{"chunk": c, "layer": l, "head": h, "decay_share": float(record.decay_share[c, l, h])}
-                          for c in range(n_chunks) for l in range(record.decay_share.shape[1])
-                          for h in range(record.decay_share.shape[2])])
+    chunks = pd.DataFrame(
+        {
+            "chunk": np.arange(n_chunks),
+            "drift": record.chunk_drift.numpy(),
+            "decay_share": record.decay_share.mean(dim=(1, 2)).numpy(),
+            "attention_mass": chunk_mass.numpy(),
+        }
+    )
+    heads = pd.DataFrame(
+        [
+            {"chunk": c, "layer": l, "head": h, "decay_share": float(record.decay_share[c, l, h])}
+            for c in range(n_chunks)
+            for l in range(record.decay_share.shape[1])
+            for h in range(record.decay_share.shape[2])
+        ]
+    )
     return {"nll": nll_rows, "overlap": overlap_rows, "chunks": chunks, "heads": heads}
 
 
 def repeat_span(tokens: torch.Tensor, src: int, dst: int, length: int) -> torch.Tensor:
     """A copy of the 1-D ``tokens`` whose ``[dst, dst + length)`` repeats ``[src, src + length)`` verbatim."""
     if not (0 <= src and src + length <= dst and dst + length <= tokens.numel() and length >= 1):
-        raise ValueError(f"need 0 <= src, src + length <= dst, dst + length <= {tokens.numel()} tokens; got src {src}, "
-                         f"dst {dst}, length {length}")
+        raise ValueError(
+            f"need 0 <= src, src + length <= dst, dst + length <= {tokens.numel()} tokens; got src {src}, "
+            f"dst {dst}, length {length}"
+        )
     out = tokens.clone()
-    out[dst:dst + length] = tokens[src:src + length]
+    out[dst : dst + length] = tokens[src : src + length]
     return out
 
 
-def repeat_streams(windows: list[torch.Tensor], prefix_tokens: int, n_sinks: int, n_recent: int,
-                   seed: int, pool: torch.Tensor | None = None) -> list[torch.Tensor]:
+def repeat_streams(
+    windows: list[torch.Tensor],
+    prefix_tokens: int,
+    n_sinks: int,
+    n_recent: int,
+    seed: int,
+    pool: torch.Tensor | None = None,
+) -> list[torch.Tensor]:
     """Each window's continuation (its tokens from ``prefix_tokens`` on) replaced by a verbatim repeat of the prefix
     span of the same length starting at ``s ~ U[n_sinks, prefix_tokens - n_recent - length]`` (seeded): the span
     lies wholly in the middle of the cache, which eviction decides about. With ``pool`` (token ids) the span is first
@@ -275,8 +376,10 @@ def repeat_streams(windows: list[torch.Tensor], prefix_tokens: int, n_sinks: int
     length = windows[0].numel() - prefix_tokens
     hi = prefix_tokens - n_recent - length
     if hi < n_sinks:
-        raise ValueError(f"a repeated continuation of {length} tokens does not fit between {n_sinks} sinks and "
-                         f"{n_recent} recent tokens of a {prefix_tokens}-token prefix")
+        raise ValueError(
+            f"a repeated continuation of {length} tokens does not fit between {n_sinks} sinks and "
+            f"{n_recent} recent tokens of a {prefix_tokens}-token prefix"
+        )
     if pool is not None and pool.numel() == 0:
         raise ValueError("repeat_streams: the pool of synthetic-span tokens is empty")
     gen = torch.Generator().manual_seed(seed)
@@ -284,7 +387,7 @@ def repeat_streams(windows: list[torch.Tensor], prefix_tokens: int, n_sinks: int
     if pool is not None:
         windows = [w.clone() for w in windows]
         for w, s in zip(windows, starts):
-            w[s:s + length] = pool[torch.randint(0, pool.numel(), (length,), generator=gen)]
+            w[s : s + length] = pool[torch.randint(0, pool.numel(), (length,), generator=gen)]
     return [repeat_span(w, s, prefix_tokens, length) for w, s in zip(windows, starts)]
 
 
@@ -294,15 +397,34 @@ def sample_streams(ids: torch.Tensor, n: int, length: int, seed: int) -> list[to
         raise ValueError(f"the split has {ids.numel()} tokens, fewer than one stream of {length}")
     gen = torch.Generator().manual_seed(seed)
     starts = torch.randint(0, ids.numel() - length, (n,), generator=gen)
-    return [ids[s:s + length] for s in starts.tolist()]
+    return [ids[s : s + length] for s in starts.tolist()]
 
 
-def budget_grid(model: HybridForCausalLM, ids: torch.Tensor, seed: int, *, n_streams: int, prefix_tokens: int,
-                continuation_tokens: int, chunk_tokens: int, budget_fractions, policies, n_sinks: int,
-                n_recent: int, buckets: int = 4, retention: str = "bucketed", drift_norm: str = "relative",
-                drift_source: str = "raw", layer_agg: str = "mean", head_agg: str = "mean", eps: float = 1e-6,
-                task: str = "text", eviction: str = "streaming", synthetic_pool: torch.Tensor | None = None,
-                progress: bool = True) -> dict:
+def budget_grid(
+    model: HybridForCausalLM,
+    ids: torch.Tensor,
+    seed: int,
+    *,
+    n_streams: int,
+    prefix_tokens: int,
+    continuation_tokens: int,
+    chunk_tokens: int,
+    budget_fractions,
+    policies,
+    n_sinks: int,
+    n_recent: int,
+    buckets: int = 4,
+    retention: str = "bucketed",
+    drift_norm: str = "relative",
+    drift_source: str = "raw",
+    layer_agg: str = "mean",
+    head_agg: str = "mean",
+    eps: float = 1e-6,
+    task: str = "text",
+    eviction: str = "streaming",
+    synthetic_pool: torch.Tensor | None = None,
+    progress: bool = True,
+) -> dict:
     """:func:`stream_budget_rows` over ``n_streams`` streams drawn with generator seed ``seed`` (one run = one
     seed; stream ``i``'s random policy uses seed ``1000 * seed + i``). ``task`` is one of :data:`TASKS`: ``"text"``
     scores the text that follows the prefix; ``"repeat"`` makes the continuation a verbatim repeat of a prefix span
@@ -322,17 +444,42 @@ def budget_grid(model: HybridForCausalLM, ids: torch.Tensor, seed: int, *, n_str
     out = {"nll": [], "overlap": [], "chunks": [], "heads": []}
     windows = sample_streams(ids, n_streams, prefix_tokens + continuation_tokens + 1, seed)
     if task != "text":  # not the starts' draws
-        windows = repeat_streams(windows, prefix_tokens, n_sinks, n_recent, seed + 2**31,
-                                 synthetic_pool if task == "repeat_synthetic" else None)
+        windows = repeat_streams(
+            windows,
+            prefix_tokens,
+            n_sinks,
+            n_recent,
+            seed + 2**31,
+            synthetic_pool if task == "repeat_synthetic" else None,
+        )
     for i, window in enumerate(tqdm(windows, desc="LM streams", disable=not progress)):
-        res = stream_budget_rows(model, window, prefix_tokens, chunk_tokens, budget_fractions, policies,
-                                 n_sinks=n_sinks, n_recent=n_recent, buckets=buckets, retention=retention,
-                                 drift_norm=drift_norm, drift_source=drift_source, layer_agg=layer_agg,
-                                 head_agg=head_agg, eps=eps, random_seed=1000 * seed + i, eviction=eviction)
+        res = stream_budget_rows(
+            model,
+            window,
+            prefix_tokens,
+            chunk_tokens,
+            budget_fractions,
+            policies,
+            n_sinks=n_sinks,
+            n_recent=n_recent,
+            buckets=buckets,
+            retention=retention,
+            drift_norm=drift_norm,
+            drift_source=drift_source,
+            layer_agg=layer_agg,
+            head_agg=head_agg,
+            eps=eps,
+            random_seed=1000 * seed + i,
+            eviction=eviction,
+        )
         out["nll"] += [{"stream": i, **r} for r in res["nll"]]
         out["overlap"] += [{"stream": i, **r} for r in res["overlap"]]
         out["chunks"].append(res["chunks"].assign(stream=i))
         out["heads"].append(res["heads"].assign(stream=i))
-    return {"nll": pd.DataFrame(out["nll"]), "overlap": pd.DataFrame(out["overlap"]),
-            "chunks": pd.concat(out["chunks"], ignore_index=True), "heads": pd.concat(out["heads"], ignore_index=True),
-            "windows": windows}
+    return {
+        "nll": pd.DataFrame(out["nll"]),
+        "overlap": pd.DataFrame(out["overlap"]),
+        "chunks": pd.concat(out["chunks"], ignore_index=True),
+        "heads": pd.concat(out["heads"], ignore_index=True),
+        "windows": windows,
+    }

@@ -115,26 +115,48 @@ class Hyper:
     copy_every: int = 0
 
     def __post_init__(self):
-        for name in ("threads", "steps", "batch", "seq_len", "eval_len", "log_every", "repeat_min_len",
-                     "repeat_random_vocab", "copy_batch", "copy_period_min"):
+        for name in (
+            "threads",
+            "steps",
+            "batch",
+            "seq_len",
+            "eval_len",
+            "log_every",
+            "repeat_min_len",
+            "repeat_random_vocab",
+            "copy_batch",
+            "copy_period_min",
+        ):
             if getattr(self, name) < 1:
                 raise ValueError(f"Hyper.{name} must be >= 1, got {getattr(self, name)}")
         for name in ("repeat_prob", "repeat_random_prob"):
             if not 0 <= getattr(self, name) <= 1:
                 raise ValueError(f"Hyper.{name} must be in [0, 1], got {getattr(self, name)}")
-        if self.repeat_prob and (self.repeat_max_len < self.repeat_min_len
-                                 or 2 * self.repeat_max_len + self.repeat_min_gap > self.seq_len):
-            raise ValueError("Hyper.repeat_*: need repeat_min_len <= repeat_max_len and 2 * repeat_max_len + "
-                             f"repeat_min_gap <= seq_len, got {self.repeat_min_len}, {self.repeat_max_len}, "
-                             f"{self.repeat_min_gap}, {self.seq_len}")
+        if self.repeat_prob and (
+            self.repeat_max_len < self.repeat_min_len or 2 * self.repeat_max_len + self.repeat_min_gap > self.seq_len
+        ):
+            raise ValueError(
+                "Hyper.repeat_*: need repeat_min_len <= repeat_max_len and 2 * repeat_max_len + "
+                f"repeat_min_gap <= seq_len, got {self.repeat_min_len}, {self.repeat_max_len}, "
+                f"{self.repeat_min_gap}, {self.seq_len}"
+            )
         if self.copy_steps and not self.copy_period_min <= self.copy_period_max <= self.copy_seq_len // 2:
-            raise ValueError("Hyper.copy_*: need copy_period_min <= copy_period_max <= copy_seq_len / 2 (two periods "
-                             f"or more), got {self.copy_period_min}, {self.copy_period_max}, {self.copy_seq_len}")
+            raise ValueError(
+                "Hyper.copy_*: need copy_period_min <= copy_period_max <= copy_seq_len / 2 (two periods "
+                f"or more), got {self.copy_period_min}, {self.copy_period_max}, {self.copy_seq_len}"
+            )
 
 
-def repeat_spans(windows: torch.Tensor, rng: np.random.Generator, prob: float, min_len: int, max_len: int,
-                 min_gap: int, random_prob: float = 0.0,
-                 random_pool: np.ndarray | None = None) -> tuple[torch.Tensor, list[tuple[int, int, int, int]]]:
+def repeat_spans(
+    windows: torch.Tensor,
+    rng: np.random.Generator,
+    prob: float,
+    min_len: int,
+    max_len: int,
+    min_gap: int,
+    random_prob: float = 0.0,
+    random_pool: np.ndarray | None = None,
+) -> tuple[torch.Tensor, list[tuple[int, int, int, int]]]:
     """With probability ``prob`` per window, a span of ``L ~ U[min_len, max_len]`` tokens at a random start ``s`` is
     written again at ``d >= s + L + min_gap`` (:func:`agentpost.deltas.stream.repeat_span`): predicting the repeat
     needs the source, ``min_gap`` or more tokens back. With probability ``random_prob`` per repeat the source span is
@@ -152,14 +174,15 @@ def repeat_spans(windows: torch.Tensor, rng: np.random.Generator, prob: float, m
             s = int(rng.integers(0, T - 2 * L - min_gap + 1))
             d = int(rng.integers(s + L + min_gap, T - L + 1))
             if random_prob and rng.random() < random_prob:  # no draw when off: earlier seeds give the same windows
-                out[i, s:s + L] = torch.as_tensor(rng.choice(random_pool, L))
+                out[i, s : s + L] = torch.as_tensor(rng.choice(random_pool, L))
             out[i] = repeat_span(out[i], s, d, L)
             spans.append((i, s, d, L))
     return out, spans
 
 
-def periodic_sequences(rng: np.random.Generator, pool: np.ndarray, batch: int, length: int, period_min: int,
-                       period_max: int) -> tuple[torch.Tensor, list[tuple[int, int]]]:
+def periodic_sequences(
+    rng: np.random.Generator, pool: np.ndarray, batch: int, length: int, period_min: int, period_max: int
+) -> tuple[torch.Tensor, list[tuple[int, int]]]:
     """``batch`` sequences of ``length`` tokens drawn uniformly from ``pool``, each periodic after a random lead of 0-8
     tokens with its own period ``P ~ U[period_min, period_max]`` (repeated random tokens, the setting in which
     Olsson et al. 2022, *In-context Learning and Induction Heads*, measure copying). A token one period or more into
@@ -182,11 +205,12 @@ def periodic_copy_nll(model: HybridForCausalLM, x: torch.Tensor, shapes: list[tu
     was_training = model.training
     model.eval()
     device = next(model.parameters()).device
-    nll = torch.nn.functional.cross_entropy(model(input_ids=x.to(device)).logits[:, :-1].float().cpu().transpose(1, 2),
-                                            x[:, 1:], reduction="none")
+    nll = torch.nn.functional.cross_entropy(
+        model(input_ids=x.to(device)).logits[:, :-1].float().cpu().transpose(1, 2), x[:, 1:], reduction="none"
+    )
     model.train(was_training)
     # target j + 1 is predicted at j; it repeats a known continuation once j >= lead + period
-    return float(torch.cat([nll[i, lead + period:] for i, (lead, period) in enumerate(shapes)]).mean())
+    return float(torch.cat([nll[i, lead + period :] for i, (lead, period) in enumerate(shapes)]).mean())
 
 
 def wikitext_ids(split: str) -> np.ndarray:
@@ -215,12 +239,15 @@ def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
     ``A_log`` and ``dt_bias`` undecayed (as nanoGPT's ``configure_optimizers``). Decaying the q/k-norm gains holds
     every attention logit near its initial bound ``sqrt(head_dim)``, too flat to retrieve one token out of hundreds."""
     params = [p for p in model.parameters() if p.requires_grad]
-    return [{"params": [p for p in params if p.dim() >= 2], "weight_decay": weight_decay},
-            {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
+    return [
+        {"params": [p for p in params if p.dim() >= 2], "weight_decay": weight_decay},
+        {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
+    ]
 
 
-def train(hp: Hyper = Hyper(), config: HybridConfig | None = None, wiki: dict | None = None,
-          log=print) -> tuple[HybridForCausalLM, dict]:
+def train(
+    hp: Hyper = Hyper(), config: HybridConfig | None = None, wiki: dict | None = None, log=print
+) -> tuple[HybridForCausalLM, dict]:
     """Train one hybrid LM; returns (model in eval mode, receipt dict). ``wiki`` maps split -> token ids (tests pass
     a small stream); by default the three WikiText-2 splits are tokenised here."""
     torch.set_num_threads(hp.threads)
@@ -249,25 +276,40 @@ def train(hp: Hyper = Hyper(), config: HybridConfig | None = None, wiki: dict | 
             g["lr"] = warmup_cosine(step, hp.steps, hp.lr, hp.warmup_steps)
         windows = random_windows(wiki["train"], rng, hp.batch, hp.seq_len)
         if hp.repeat_prob:
-            windows, _ = repeat_spans(windows, rng, hp.repeat_prob, hp.repeat_min_len, hp.repeat_max_len,
-                                      hp.repeat_min_gap, hp.repeat_random_prob, random_pool)
+            windows, _ = repeat_spans(
+                windows,
+                rng,
+                hp.repeat_prob,
+                hp.repeat_min_len,
+                hp.repeat_max_len,
+                hp.repeat_min_gap,
+                hp.repeat_random_prob,
+                random_pool,
+            )
         loss = lm_loss(model, windows.to(hp.device))
         optimizer_step(model, opt, loss, hp.grad_clip)
         losses.append(loss.item())
         if hp.copy_every and (step + 1) % hp.copy_every == 0:
-            x, _ = periodic_sequences(rng, copy_pool, hp.copy_batch, hp.copy_seq_len, hp.copy_period_min,
-                                      hp.copy_period_max)
+            x, _ = periodic_sequences(
+                rng, copy_pool, hp.copy_batch, hp.copy_seq_len, hp.copy_period_min, hp.copy_period_max
+            )
             optimizer_step(model, opt, lm_loss(model, x.to(hp.device)), hp.grad_clip)
         if step % hp.log_every == 0 or step == hp.steps - 1:
             log(f"[{time.time() - t0:7.1f}s] step {step + 1}/{hp.steps} loss {loss.item():.3f}")
         if hp.repeat_prob and hp.eval_every and (step + 1) % hp.eval_every == 0:
-            rep = repeat_nll(model, wiki["validation"], hp, np.random.default_rng(hp.seed + 1),
-                             synthetic_pool=random_pool)
+            rep = repeat_nll(
+                model, wiki["validation"], hp, np.random.default_rng(hp.seed + 1), synthetic_pool=random_pool
+            )
             repeat_curve.append({"step": step + 1, **rep})
-            synthetic = (f"; synthetic {rep['synthetic_repeat_nll']:.3f} (its source {rep['synthetic_source_nll']:.3f})"
-                         if random_pool is not None else "")
-            log(f"[{time.time() - t0:7.1f}s] step {step + 1} validation repeat NLL {rep['repeat_nll']:.3f} "
-                f"(its source {rep['source_nll']:.3f}){synthetic}")
+            synthetic = (
+                f"; synthetic {rep['synthetic_repeat_nll']:.3f} (its source {rep['synthetic_source_nll']:.3f})"
+                if random_pool is not None
+                else ""
+            )
+            log(
+                f"[{time.time() - t0:7.1f}s] step {step + 1} validation repeat NLL {rep['repeat_nll']:.3f} "
+                f"(its source {rep['source_nll']:.3f}){synthetic}"
+            )
             model.train()
     train_s = time.time() - t0
     model.eval()
@@ -281,26 +323,31 @@ def train(hp: Hyper = Hyper(), config: HybridConfig | None = None, wiki: dict | 
     if repeat_curve:
         evaluation["validation_repeat_during_training"] = repeat_curve
     if hp.repeat_prob:
-        evaluation["validation_repeat"] = repeat_nll(model, wiki["validation"], hp, np.random.default_rng(hp.seed + 1),
-                                                     synthetic_pool=random_pool)
-    evaluation["unigram_validation_token_ppl"] = unigram_ppl(wiki["train"], wiki["validation"][: hp.eval_max_tokens or None],
-                                                             config.vocab_size)
+        evaluation["validation_repeat"] = repeat_nll(
+            model, wiki["validation"], hp, np.random.default_rng(hp.seed + 1), synthetic_pool=random_pool
+        )
+    evaluation["unigram_validation_token_ppl"] = unigram_ppl(
+        wiki["train"], wiki["validation"][: hp.eval_max_tokens or None], config.vocab_size
+    )
     origin = f"fine-tuned from {hp.init_from}" if hp.init_from else "trained from scratch"
     task = f", a span repeated in {hp.repeat_prob:.0%} of the windows" if hp.repeat_prob else ""
     if hp.copy_steps:
         interleaved = f", one more after every {hp.copy_every} text updates" if hp.copy_every else ""
-        task = (f" after {hp.copy_steps} updates on SYNTHETIC periodic sequences of frequent train tokens (a copy "
-                f"curriculum{interleaved}){task}")
+        task = (
+            f" after {hp.copy_steps} updates on SYNTHETIC periodic sequences of frequent train tokens (a copy "
+            f"curriculum{interleaved}){task}"
+        )
     receipt = {
         "artifact": f"gated-DeltaNet + full-attention hybrid causal LM {origin} on WikiText-2 train{task} "
-                    "(shared wikitext2-bpe tokenizer)",
+        "(shared wikitext2-bpe tokenizer)",
         "script": "agentpost/deltas/train_hybrid.py",
         "hyperparameters": asdict(hp),
         "architecture": config.to_diff_dict() | {"layer_types": config.layer_types},
         "params": n_params,
         "train_tokens_seen": hp.steps * hp.batch * hp.seq_len,
         "copy_curriculum_tokens_seen": (hp.copy_steps + (hp.steps // hp.copy_every if hp.copy_every else 0))
-                                       * hp.copy_batch * hp.copy_seq_len,
+        * hp.copy_batch
+        * hp.copy_seq_len,
         "train_wall_s": round(train_s, 1),
         "first_loss": round(float(np.mean(losses[:10])), 4),
         "final_loss": round(float(np.mean(losses[-10:])), 4),
@@ -312,15 +359,23 @@ def train(hp: Hyper = Hyper(), config: HybridConfig | None = None, wiki: dict | 
     return model, receipt
 
 
-def copy_curriculum(model: HybridForCausalLM, opt: torch.optim.Optimizer, hp: Hyper, pool: np.ndarray,
-                    rng: np.random.Generator, t0: float, log=print) -> list[dict]:
+def copy_curriculum(
+    model: HybridForCausalLM,
+    opt: torch.optim.Optimizer,
+    hp: Hyper,
+    pool: np.ndarray,
+    rng: np.random.Generator,
+    t0: float,
+    log=print,
+) -> list[dict]:
     """``hp.copy_steps`` updates on :func:`periodic_sequences` (own warmup and cosine decay at ``hp.lr``), the
     held-out periodic-copy NLL (:func:`periodic_copy_nll`, 64 sequences) logged every ``log_every`` updates and
     returned as a curve. A copy forms here after a plateau at ``log len(pool)`` (the query-key and the value-output
     halves of the circuit each get little gradient until the other exists); on WikiText windows alone it did not
     form within this CPU's budgets (module docstring)."""
-    held_out = periodic_sequences(np.random.default_rng(hp.seed + 2), pool, 64, hp.copy_seq_len,
-                                  hp.copy_period_min, hp.copy_period_max)
+    held_out = periodic_sequences(
+        np.random.default_rng(hp.seed + 2), pool, 64, hp.copy_seq_len, hp.copy_period_min, hp.copy_period_max
+    )
     curve = []
     for step in range(hp.copy_steps):
         for g in opt.param_groups:
@@ -329,16 +384,29 @@ def copy_curriculum(model: HybridForCausalLM, opt: torch.optim.Optimizer, hp: Hy
         loss = lm_loss(model, x.to(hp.device))
         optimizer_step(model, opt, loss, hp.grad_clip)
         if (step + 1) % hp.log_every == 0 or step == hp.copy_steps - 1:
-            curve.append({"step": step + 1, "loss": round(loss.item(), 4),
-                          "periodic_copy_nll": round(periodic_copy_nll(model, *held_out), 4)})
-            log(f"[{time.time() - t0:7.1f}s] copy curriculum {step + 1}/{hp.copy_steps} loss {loss.item():.3f} "
-                f"held-out copy NLL {curve[-1]['periodic_copy_nll']:.3f} (no copy: {math.log(len(pool)):.3f})")
+            curve.append(
+                {
+                    "step": step + 1,
+                    "loss": round(loss.item(), 4),
+                    "periodic_copy_nll": round(periodic_copy_nll(model, *held_out), 4),
+                }
+            )
+            log(
+                f"[{time.time() - t0:7.1f}s] copy curriculum {step + 1}/{hp.copy_steps} loss {loss.item():.3f} "
+                f"held-out copy NLL {curve[-1]['periodic_copy_nll']:.3f} (no copy: {math.log(len(pool)):.3f})"
+            )
     return curve
 
 
 @torch.no_grad()
-def repeat_nll(model: HybridForCausalLM, ids: np.ndarray, hp: Hyper, rng: np.random.Generator,
-               n_windows: int = 16, synthetic_pool: np.ndarray | None = None) -> dict:
+def repeat_nll(
+    model: HybridForCausalLM,
+    ids: np.ndarray,
+    hp: Hyper,
+    rng: np.random.Generator,
+    n_windows: int = 16,
+    synthetic_pool: np.ndarray | None = None,
+) -> dict:
     """Mean next-token NLL (nats) of a span's tokens after its first, at the source and at its verbatim repeat
     (``repeat_max_len`` tokens, ``repeat_min_gap`` or more tokens later), over ``n_windows`` windows of ``ids``. A
     model that retrieves from distant context predicts the repeat far better than the source. With
@@ -350,13 +418,21 @@ def repeat_nll(model: HybridForCausalLM, ids: np.ndarray, hp: Hyper, rng: np.ran
     pools = {"": None} if synthetic_pool is None else {"": None, "synthetic_": synthetic_pool}
     out = {}
     for prefix, pool in pools.items():
-        tokens, spans = repeat_spans(windows, np.random.default_rng(span_seed), 1.0, hp.repeat_max_len,
-                                     hp.repeat_max_len, hp.repeat_min_gap, float(pool is not None), pool)
+        tokens, spans = repeat_spans(
+            windows,
+            np.random.default_rng(span_seed),
+            1.0,
+            hp.repeat_max_len,
+            hp.repeat_max_len,
+            hp.repeat_min_gap,
+            float(pool is not None),
+            pool,
+        )
         logits = model(input_ids=tokens.to(hp.device)).logits[:, :-1].float().cpu()
         nll = torch.nn.functional.cross_entropy(logits.transpose(1, 2), tokens[:, 1:], reduction="none")
         # the target at position t + 1 is predicted at t: a span's tokens after its first are targets s+1 .. s+L-1
-        out[f"{prefix}source_nll"] = float(torch.stack([nll[i, s:s + L - 1].mean() for i, s, _, L in spans]).mean())
-        out[f"{prefix}repeat_nll"] = float(torch.stack([nll[i, d:d + L - 1].mean() for i, _, d, L in spans]).mean())
+        out[f"{prefix}source_nll"] = float(torch.stack([nll[i, s : s + L - 1].mean() for i, s, _, L in spans]).mean())
+        out[f"{prefix}repeat_nll"] = float(torch.stack([nll[i, d : d + L - 1].mean() for i, _, d, L in spans]).mean())
     return {"windows": len(spans), **out}
 
 
@@ -370,7 +446,9 @@ def save(model: HybridForCausalLM, receipt: dict, out_dir: Path = ASSET_DIR) -> 
     model.save_pretrained(str(out_dir))
     weights = out_dir / "model.safetensors"
     receipt = receipt | {
-        "data": {f"wikitext-2/{f}": sha256_file(data_file("wikitext-2", f)) for f in ("train.txt", "valid.txt", "test.txt")},
+        "data": {
+            f"wikitext-2/{f}": sha256_file(data_file("wikitext-2", f)) for f in ("train.txt", "valid.txt", "test.txt")
+        },
         "tokenizer": "agentpost/models/assets/wikitext2-bpe",
         "weights_mb": round(weights.stat().st_size / 2**20, 2),
         "weights_sha256": sha256_file(weights),
@@ -385,24 +463,36 @@ def main(argv=None):
     for name, value in asdict(defaults).items():
         parser.add_argument(f"--{name.replace('_', '-')}", type=type(value), default=value)
     parser.add_argument("--hidden-size", type=int, default=HybridConfig().hidden_size)
-    parser.add_argument("--layer-types", default=",".join(HybridConfig().layer_types),
-                        help="comma-separated linear_attention / full_attention")
+    parser.add_argument(
+        "--layer-types",
+        default=",".join(HybridConfig().layer_types),
+        help="comma-separated linear_attention / full_attention",
+    )
     parser.add_argument("--num-attention-heads", type=int, default=HybridConfig().num_attention_heads)
     parser.add_argument("--head-dim", type=int, default=HybridConfig().head_dim)
-    parser.add_argument("--partial-rotary-factor", type=float, default=HybridConfig().partial_rotary_factor,
-                        help="share of each attention head's dims RoPE rotates (Qwen3-Next: 0.25)")
-    parser.add_argument("--key-shift", action="store_true",
-                        help="mix each attention key with its predecessor's (smeared keys, Olsson et al. 2022)")
+    parser.add_argument(
+        "--partial-rotary-factor",
+        type=float,
+        default=HybridConfig().partial_rotary_factor,
+        help="share of each attention head's dims RoPE rotates (Qwen3-Next: 0.25)",
+    )
+    parser.add_argument(
+        "--key-shift",
+        action="store_true",
+        help="mix each attention key with its predecessor's (smeared keys, Olsson et al. 2022)",
+    )
     parser.add_argument("--out", type=Path, default=ASSET_DIR)
     args = vars(parser.parse_args(argv))
     out, hidden, layers = args.pop("out"), args.pop("hidden_size"), args.pop("layer_types").split(",")
     heads, head_dim = args.pop("num_attention_heads"), args.pop("head_dim")
     attention = {"partial_rotary_factor": args.pop("partial_rotary_factor"), "key_shift": args.pop("key_shift")}
-    model, receipt = train(Hyper(**args), HybridConfig(hidden_size=hidden, layer_types=layers,
-                                                       num_attention_heads=heads, head_dim=head_dim, **attention))
+    model, receipt = train(
+        Hyper(**args),
+        HybridConfig(hidden_size=hidden, layer_types=layers, num_attention_heads=heads, head_dim=head_dim, **attention),
+    )
     argv = list(argv or [])
     if "--out" in argv:  # where it was written is this machine's business, not the artifact's
-        del argv[argv.index("--out"):argv.index("--out") + 2]
+        del argv[argv.index("--out") : argv.index("--out") + 2]
     receipt["command"] = " ".join(["python -m agentpost.deltas.train_hybrid", *argv])
     print(json.dumps(save(model, receipt, out), indent=2))
 

@@ -70,13 +70,20 @@ def certificate_dir(chapter: str, profile: str) -> Path:
 
 def _code_of(receipt: dict) -> dict:
     keys = ("notebook_code", "imported_code") if receipt.get("schema_version", 0) >= 5 else ("imported_code",)
-    return {"schema_version": receipt["schema_version"], "source_notebook": receipt["hashes"]["source_notebook"],
-            **{k: receipt.get(k) for k in keys}}
+    return {
+        "schema_version": receipt["schema_version"],
+        "source_notebook": receipt["hashes"]["source_notebook"],
+        **{k: receipt.get(k) for k in keys},
+    }
 
 
 def _glued(nb) -> dict[str, tuple[object, str]]:
-    return {name: vk for cell in nb["cells"] if cell.get("cell_type") == "code"
-            for name, vk in glued_with_kind(cell.get("outputs")).items()}
+    return {
+        name: vk
+        for cell in nb["cells"]
+        if cell.get("cell_type") == "code"
+        for name, vk in glued_with_kind(cell.get("outputs")).items()
+    }
 
 
 def _groups(values: dict[str, object]) -> list[list[str]]:
@@ -91,10 +98,16 @@ def differences(chapter: str, old_nb, new_nb) -> tuple[list[str], int, int]:
     """Why the re-executed notebook does not reproduce the old one (empty: it does), with the number of values and
     of fingerprint facts compared. Both notebooks as :func:`agentpost.evidence.run_store.inflate` gives them."""
     old, new = _glued(old_nb), _glued(new_nb)
-    problems = [f"{n}: recorded by the old run, not by the re-run" for n in sorted(set(old) - set(new))
-                if old[n][1] not in ("timing", "machine")]
-    problems += [f"{n}: recorded by the re-run, not by the old run" for n in sorted(set(new) - set(old))
-                 if new[n][1] not in ("timing", "machine")]
+    problems = [
+        f"{n}: recorded by the old run, not by the re-run"
+        for n in sorted(set(old) - set(new))
+        if old[n][1] not in ("timing", "machine")
+    ]
+    problems += [
+        f"{n}: recorded by the re-run, not by the old run"
+        for n in sorted(set(new) - set(old))
+        if new[n][1] not in ("timing", "machine")
+    ]
     facts: dict[tuple[str, str], tuple[dict, dict]] = defaultdict(lambda: ({}, {}))
     compared = 0
     for name in sorted(set(old) & set(new)):
@@ -124,14 +137,21 @@ def default_seeds(batch: list[dict]) -> list[int]:
 
 def write(chapter: str, profile: str, old: dict, new: dict, seeds: list[SeedCheck]) -> Path:
     """Seal and write the certificate linking ``old``'s configuration to ``new``'s (receipts of one seed each)."""
-    body = {"schema_version": SCHEMA_VERSION, "chapter": chapter, "profile": profile,
-            "from_configuration": rc.configuration_key(old), "to_configuration": rc.configuration_key(new),
-            "from_code": _code_of(old), "to_code": _code_of(new), "seeds": [s.model_dump() for s in seeds],
-            "rule": "every glued value and per-item outcome within 3 x the chapter's kernel-path spread "
-                    "(agentpost.evidence.spread.check_value); fingerprint facts by the arms they group",
-            "created": datetime.now(timezone.utc).isoformat(timespec="seconds"), "certificate_sha256": ""}
-    sealed = {**body, "certificate_sha256": sha256_json({k: v for k, v in body.items()
-                                                            if k != "certificate_sha256"})}
+    body = {
+        "schema_version": SCHEMA_VERSION,
+        "chapter": chapter,
+        "profile": profile,
+        "from_configuration": rc.configuration_key(old),
+        "to_configuration": rc.configuration_key(new),
+        "from_code": _code_of(old),
+        "to_code": _code_of(new),
+        "seeds": [s.model_dump() for s in seeds],
+        "rule": "every glued value and per-item outcome within 3 x the chapter's kernel-path spread "
+        "(agentpost.evidence.spread.check_value); fingerprint facts by the arms they group",
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "certificate_sha256": "",
+    }
+    sealed = {**body, "certificate_sha256": sha256_json({k: v for k, v in body.items() if k != "certificate_sha256"})}
     Certificate.model_validate(sealed)
     folder = certificate_dir(chapter, profile)
     folder.mkdir(parents=True, exist_ok=True)

@@ -42,7 +42,9 @@ def pytest_runtest_makereport(item, call):
     if report.when != "call" and not (report.when == "setup" and report.outcome != "passed"):
         return
     for mark in item.iter_markers("claim"):
-        entry = _RESULTS.setdefault(f"{mark.args[0]}/{mark.args[1]}", {"passed": 0, "failed": 0, "skipped": 0, "tests": []})
+        entry = _RESULTS.setdefault(
+            f"{mark.args[0]}/{mark.args[1]}", {"passed": 0, "failed": 0, "skipped": 0, "tests": []}
+        )
         entry[report.outcome] += 1
         entry["tests"].append(item.nodeid)
 

@@ -14,8 +14,14 @@ from agentpost.evidence.comparisons import Computed
 from agentpost.evidence.escape import escape_cell
 
 #: Colour of each verdict class in the forest plot (None: not computed).
-CLASS_COLOURS = {"matters": "tab:green", "detectable": "tab:olive", "equivalent": "tab:blue",
-                 "inconclusive": "tab:orange", "no_information": "tab:gray", None: "tab:red"}
+CLASS_COLOURS = {
+    "matters": "tab:green",
+    "detectable": "tab:olive",
+    "equivalent": "tab:blue",
+    "inconclusive": "tab:orange",
+    "no_information": "tab:gray",
+    None: "tab:red",
+}
 
 
 def _num(x, spec: str = "+.3g") -> str:
@@ -25,17 +31,21 @@ def _num(x, spec: str = "+.3g") -> str:
 def comparison_table(computed: list[Computed]) -> list[str]:
     """Markdown table of the declared comparisons (catalogue text and numbers; a problem's text, which may quote a
     run's item ids, is escaped)."""
-    lines = ["| comparison | claim | b − a | estimate | 95% CI | MDE@80% | margin | seeds × items | verdict |",
-             "|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| comparison | claim | b − a | estimate | 95% CI | MDE@80% | margin | seeds × items | verdict |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     for c in computed:
         r = c.result or {}
         ci = f"[{_num(r.get('ci_low'))}, {_num(r.get('ci_high'))}]" if r else "—"
         shape = f"{r['n_seeds']} × {r['n_items']} {c.comparison.items}" if r else f"{len(c.seeds)} seeds"
         star = " ★" if c.comparison.headline else ""
         verdict = f"**{c.verdict}**" if r else f"not computed: {escape_cell(c.problem)}"
-        lines.append(f"| `{c.comparison.id}`{star} | {c.comparison.claim} | {c.comparison.b} − {c.comparison.a} "
-                     f"| {_num(r.get('estimate'))} | {ci} | {_num(r.get('mde'), '.3g')} "
-                     f"| {c.comparison.min_effect:.3g} | {shape} | {verdict} |")
+        lines.append(
+            f"| `{c.comparison.id}`{star} | {c.comparison.claim} | {c.comparison.b} − {c.comparison.a} "
+            f"| {_num(r.get('estimate'))} | {ci} | {_num(r.get('mde'), '.3g')} "
+            f"| {c.comparison.min_effect:.3g} | {shape} | {verdict} |"
+        )
     return lines
 
 
@@ -91,36 +101,59 @@ def settling_lines(computed: list[Computed], wall_s: float | None) -> list[str]:
                 said.append(f"no seed count up to {SETTLE_SEEDS[-1]} at {o.items} items per seed")
                 continue
             low, high = o.hours_jobs2 or (None, None)
-            time = "" if low is None else f" (about {_hours(low)} at `--jobs 2`" + (
-                f", up to {_hours(high)} if evaluation dominates)" if high > low * 1.05 else ")")
+            time = (
+                ""
+                if low is None
+                else f" (about {_hours(low)} at `--jobs 2`"
+                + (f", up to {_hours(high)} if evaluation dominates)" if high > low * 1.05 else ")")
+            )
             said.append(f"{o.seeds} seeds at {o.items} items per seed{time}")
-        goal = ("MDE down to the margin" if c.result["mde"] > c.comparison.min_effect
-                else "a 95% CI that excludes the margin, if the estimate holds")
-        lines.append(f"- `{c.comparison.id}` (MDE {c.result['mde']:.3g}, margin {c.comparison.min_effect:.3g}; "
-                     f"needs MDE {options[0].target:.2g}: {goal}): " + "; ".join(said) + ".")
+        goal = (
+            "MDE down to the margin"
+            if c.result["mde"] > c.comparison.min_effect
+            else "a 95% CI that excludes the margin, if the estimate holds"
+        )
+        lines.append(
+            f"- `{c.comparison.id}` (MDE {c.result['mde']:.3g}, margin {c.comparison.min_effect:.3g}; "
+            f"needs MDE {options[0].target:.2g}: {goal}): " + "; ".join(said) + "."
+        )
     if not lines:
         return []
-    return ["", "What would settle the inconclusive comparisons: `agentpost plan`'s arithmetic on these runs' own "
-            "variance components (80% power), with this profile's median run time. A prediction: the components are "
-            "estimates from the seeds above.", ""] + lines
+    return [
+        "",
+        "What would settle the inconclusive comparisons: `agentpost plan`'s arithmetic on these runs' own "
+        "variance components (80% power), with this profile's median run time. A prediction: the components are "
+        "estimates from the seeds above.",
+        "",
+    ] + lines
 
 
-def comparisons_section(chapter_id: str, profile: str, computed: list[Computed], out_dir: Path,
-                        wall_s: float | None = None) -> list[str]:
+def comparisons_section(
+    chapter_id: str, profile: str, computed: list[Computed], out_dir: Path, wall_s: float | None = None
+) -> list[str]:
     """The page section for one profile's declared comparisons (table, copies and problems, forest plot, and
     what would settle the inconclusive ones; ``wall_s``: the median wall time of one of its runs)."""
     if not computed:
         return []
     seeds = sorted({s for c in computed for s in c.seeds})
-    lines = ["", "### Declared comparisons across seed runs", "",
-             f"Computed by `agentpost compare {chapter_id} --profile {profile}` over {len(seeds)} distinct seed run(s) "
-             f"{seeds}; ★ marks a headline comparison. The margin is the smallest effect of interest: a difference "
-             "beyond it *matters*, a 90% CI inside it is *equivalent*.", ""]
+    lines = [
+        "",
+        "### Declared comparisons across seed runs",
+        "",
+        f"Computed by `agentpost compare {chapter_id} --profile {profile}` over {len(seeds)} distinct seed run(s) "
+        f"{seeds}; ★ marks a headline comparison. The margin is the smallest effect of interest: a difference "
+        "beyond it *matters*, a 90% CI inside it is *equivalent*.",
+        "",
+    ]
     lines += comparison_table(computed)
     copies = {s: o for c in computed for s, o in c.copies.items()}
     if copies:
-        lines += ["", "Seeds " + ", ".join(f"{s} (= seed {o})" for s, o in sorted(copies.items()))
-                  + " recorded the same outcomes as an earlier seed: a copy is not a replication and is left out."]
+        lines += [
+            "",
+            "Seeds "
+            + ", ".join(f"{s} (= seed {o})" for s, o in sorted(copies.items()))
+            + " recorded the same outcomes as an earlier seed: a copy is not a replication and is left out.",
+        ]
     name = f"{chapter_id}-{profile}-forest.png"
     if forest_plot(computed, out_dir / name, f"{chapter_id} · {profile}: declared comparisons"):
         lines += ["", f"![forest plot of the declared comparisons]({name})"]
@@ -134,12 +167,19 @@ def headline_section(computed_all: dict[tuple[str, str], list[Computed]]) -> str
     rows = [(key, c) for key, cs in sorted(computed_all.items()) for c in cs if c.comparison.headline]
     if not rows:
         return ""
-    lines = ["## Headline comparisons", "",
-             "Each chapter's headline comparisons, computed across its seed runs (details and forest plots on the "
-             "evidence pages). *Conclusive* means a difference that matters or practical equivalence.", "",
-             "| chapter | profile | comparison | claim | verdict | conclusive | seeds |", "|---|---|---|---|---|---|---|"]
+    lines = [
+        "## Headline comparisons",
+        "",
+        "Each chapter's headline comparisons, computed across its seed runs (details and forest plots on the "
+        "evidence pages). *Conclusive* means a difference that matters or practical equivalence.",
+        "",
+        "| chapter | profile | comparison | claim | verdict | conclusive | seeds |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for (chapter_id, profile), c in rows:
         verdict = c.verdict if c.result else f"not computed: {escape_cell(c.problem)}"
-        lines.append(f"| {chapter_id} | {profile} | `{c.comparison.id}` | {c.comparison.claim} | {verdict} "
-                     f"| {'yes' if c.conclusive else 'no'} | {len(c.seeds)} |")
+        lines.append(
+            f"| {chapter_id} | {profile} | `{c.comparison.id}` | {c.comparison.claim} | {verdict} "
+            f"| {'yes' if c.conclusive else 'no'} | {len(c.seeds)} |"
+        )
     return "\n".join(lines) + "\n"

@@ -116,14 +116,29 @@ def compute_one(chapter_id: str, profile: str, comparison: Comparison, runs) -> 
     try:
         for seed in out.seeds[1:]:  # every seed's arms must match too, not only the first
             facts = by_seed[seed][0]["facts"]
-            check_meta(_arm_meta(facts[comparison.a], None, ()),
-                       _arm_meta(facts[comparison.b], facts[comparison.a], comparison.may_differ))
+            check_meta(
+                _arm_meta(facts[comparison.a], None, ()),
+                _arm_meta(facts[comparison.b], facts[comparison.a], comparison.may_differ),
+            )
         kwargs = {"bounds": comparison.bounds} if comparison.bounds is not None else {}
-        result = compare(a_vals, b_vals, meta_a=meta_a, meta_b=meta_b, higher_is_better=comparison.higher_is_better,
-                         min_effect=comparison.min_effect, shared_items=comparison.shared_items,
-                         name_a=comparison.a, name_b=comparison.b, **kwargs)
+        result = compare(
+            a_vals,
+            b_vals,
+            meta_a=meta_a,
+            meta_b=meta_b,
+            higher_is_better=comparison.higher_is_better,
+            min_effect=comparison.min_effect,
+            shared_items=comparison.shared_items,
+            name_a=comparison.a,
+            name_b=comparison.b,
+            **kwargs,
+        )
     except ProtocolError as err:
-        hint = " (declare items: nested, or score the same items)" if comparison.shared_items and "item" in str(err) else ""
+        hint = (
+            " (declare items: nested, or score the same items)"
+            if comparison.shared_items and "item" in str(err)
+            else ""
+        )
         out.problem = f"{err}{hint}"
         return out
     out.result = result.as_dict()
@@ -164,11 +179,22 @@ def table(computed: Iterable[Computed]) -> list[dict]:
     rows = []
     for c in computed:
         r = c.result or {}
-        rows.append({
-            "comparison": c.comparison.id, "claim": c.comparison.claim, "b - a": f"{c.comparison.b} - {c.comparison.a}",
-            "estimate": r.get("estimate"), "ci_low": r.get("ci_low"), "ci_high": r.get("ci_high"),
-            "mde": r.get("mde"), "min_effect": c.comparison.min_effect, "verdict": c.verdict,
-            "class": c.verdict_class, "seeds": len(c.seeds), "items": r.get("n_items"),
-            "headline": c.comparison.headline, "problem": c.problem,
-        })
+        rows.append(
+            {
+                "comparison": c.comparison.id,
+                "claim": c.comparison.claim,
+                "b - a": f"{c.comparison.b} - {c.comparison.a}",
+                "estimate": r.get("estimate"),
+                "ci_low": r.get("ci_low"),
+                "ci_high": r.get("ci_high"),
+                "mde": r.get("mde"),
+                "min_effect": c.comparison.min_effect,
+                "verdict": c.verdict,
+                "class": c.verdict_class,
+                "seeds": len(c.seeds),
+                "items": r.get("n_items"),
+                "headline": c.comparison.headline,
+                "problem": c.problem,
+            }
+        )
     return rows

@@ -63,7 +63,7 @@ def escape_md(text: object, limit: int = LIMIT) -> str:
     body = s.lstrip(" ")
     lead = s[: len(s) - len(body)]
     if m := _LEADING_NUMBER.match(body):  # "1. x" would start an ordered list
-        return lead + m.group(1) + "\\" + m.group(2) + _inline(body[m.end():])
+        return lead + m.group(1) + "\\" + m.group(2) + _inline(body[m.end() :])
     if body and body[0] in string.punctuation and body[0] not in _ENTITIES and body[0] not in _INLINE:
         return lead + "\\" + body[0] + _inline(body[1:])
     return lead + _inline(body)
@@ -90,8 +90,11 @@ def code(text: object, limit: int = CELL_LIMIT) -> str:
 def brief(value: object, limit: int = 60) -> str:
     """``repr(value)`` cut to ``limit`` characters, for messages: an error names a bad value, never echoes it whole."""
     try:
-        text = repr(value) if not isinstance(value, (dict, list, tuple, set)) or len(value) < 50 else \
-            f"<{type(value).__name__} of {len(value)}>"
+        text = (
+            repr(value)
+            if not isinstance(value, (dict, list, tuple, set)) or len(value) < 50
+            else f"<{type(value).__name__} of {len(value)}>"
+        )
     except (RecursionError, ValueError):  # a deeply nested value; an int too long for repr
         text = f"<{type(value).__name__}>"
     return text if len(text) <= limit else text[: limit - 1] + "…"

@@ -119,8 +119,11 @@ def configurations(runs: list[Run]) -> list[list[Run]]:
     for run in runs:
         if not run.problems:
             groups[rc.configuration_key(run.receipt)].append(run)
-    return sorted(certificates.merge(groups), reverse=True,
-                  key=lambda g: (len({r.receipt["seed"] for r in g}), max(r.receipt["timing"]["end"] for r in g)))
+    return sorted(
+        certificates.merge(groups),
+        reverse=True,
+        key=lambda g: (len({r.receipt["seed"] for r in g}), max(r.receipt["timing"]["end"] for r in g)),
+    )
 
 
 def counted_configuration(runs: list[Run]) -> list[Run]:
@@ -133,8 +136,10 @@ def read_claims_report(path: Path | None = None) -> dict:
     """Outcomes of claim-marked tests, as the test run wrote them; a missing or unreadable report is a usage error."""
     path = Path(path) if path is not None else project_root() / CLAIMS_REPORT
     if not path.is_file():
-        raise UsageError(f"no claims report at {path}: run the tests first (`make test`, or `pytest -m claim "
-                         f"tests/unit tests/kernels --claims-report {CLAIMS_REPORT}`), or pass --claims-report FILE")
+        raise UsageError(
+            f"no claims report at {path}: run the tests first (`make test`, or `pytest -m claim "
+            f"tests/unit tests/kernels --claims-report {CLAIMS_REPORT}`), or pass --claims-report FILE"
+        )
     try:
         report = json.loads(path.read_text())
     except ValueError as err:
@@ -173,8 +178,10 @@ def _outcome(group: list[Run], metrics: tuple[str, ...]) -> str:
             parts.append(f"{m} = " + " / ".join(paired_outcome(v) for v in values))
         elif all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
             parts.append(f"{m} = {format_value(sum(values) / len(values))} (mean of {len(values)} seeds)")
-        elif all(isinstance(v, (str, bool)) or (isinstance(v, dict) and all(isinstance(x, str) for x in v.values()))
-                 for v in values):
+        elif all(
+            isinstance(v, (str, bool)) or (isinstance(v, dict) and all(isinstance(x, str) for x in v.values()))
+            for v in values
+        ):
             shown = {json.dumps(v, sort_keys=True) for v in values}
             text = " / ".join(format_value(v) for v in values) if len(shown) > 1 else format_value(values[0])
             parts.append(f"{m} = {text}")
@@ -189,14 +196,17 @@ def _declared_outcome(computed: list) -> str:
             parts.append(f"{c.comparison.id}: not computed ({c.problem})")
             continue
         r = c.result
-        parts.append(f"{c.comparison.id}: {c.verdict} ({c.comparison.b} − {c.comparison.a} {r['estimate']:+.3g}, "
-                     f"95% CI [{r['ci_low']:+.3g}, {r['ci_high']:+.3g}], margin {c.comparison.min_effect:.3g}, "
-                     f"{len(c.seeds)} seeds; {'conclusive' if c.conclusive else 'inconclusive'})")
+        parts.append(
+            f"{c.comparison.id}: {c.verdict} ({c.comparison.b} − {c.comparison.a} {r['estimate']:+.3g}, "
+            f"95% CI [{r['ci_low']:+.3g}, {r['ci_high']:+.3g}], margin {c.comparison.min_effect:.3g}, "
+            f"{len(c.seeds)} seeds; {'conclusive' if c.conclusive else 'inconclusive'})"
+        )
     return "; ".join(parts)
 
 
-def claim_status(chapter: Chapter, claim: Claim, tests: dict, runs: dict[tuple[str, str], list[Run]],
-                 computed: dict | None = None) -> ClaimStatus:
+def claim_status(
+    chapter: Chapter, claim: Claim, tests: dict, runs: dict[tuple[str, str], list[Run]], computed: dict | None = None
+) -> ClaimStatus:
     levels = dict.fromkeys(LEVELS, False)
     notes = {}
     t = tests.get(f"{chapter.id}/{claim.id}")
@@ -218,7 +228,9 @@ def claim_status(chapter: Chapter, claim: Claim, tests: dict, runs: dict[tuple[s
             continue
         receipts = [r.receipt for r in group]
         if copies := copied_seeds(receipts):
-            notes["diagnostic"] = f"profile {profile}: seeds {copies} recorded identical metrics (copies); never counted"
+            notes["diagnostic"] = (
+                f"profile {profile}: seeds {copies} recorded identical metrics (copies); never counted"
+            )
             continue
         on_gpu = not gpu_evidence_problems(receipts)
         level = "reproduction" if profile == "reproduction" and on_gpu else "gpu-diagnostic" if on_gpu else "diagnostic"
@@ -226,14 +238,20 @@ def claim_status(chapter: Chapter, claim: Claim, tests: dict, runs: dict[tuple[s
             notes["diagnostic"] = "synthetic data: never counts as a diagnostic"
             continue
         # A GPU (or reproduction) configuration is also the diagnostic run at a larger scale.
-        reached = {"diagnostic"} | ({"gpu-diagnostic"} if on_gpu else set()) | ({level} if level == "reproduction" else set())
+        reached = (
+            {"diagnostic"} | ({"gpu-diagnostic"} if on_gpu else set()) | ({level} if level == "reproduction" else set())
+        )
         stale = sorted({s.split(".")[-1] for r in group for s in r.current_stale})
         certified = sorted({c for r in group for c in r.certified_by})
         for lvl in reached:
             levels[lvl] = True
             notes[lvl] = f"profile {profile}, seeds {sorted(seeds)}" + (
-                f", STALE: made with older {', '.join(stale)}" if stale else
-                f", re-certified on the current code ({', '.join(certified)})" if certified else "")
+                f", STALE: made with older {', '.join(stale)}"
+                if stale
+                else f", re-certified on the current code ({', '.join(certified)})"
+                if certified
+                else ""
+            )
         if outcome := _declared_outcome(mine) or _outcome(group, claim.metrics):
             notes["outcome"] = outcome
     if not claim.metrics:

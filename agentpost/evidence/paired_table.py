@@ -12,11 +12,25 @@ from typing import Iterable
 from agentpost.evidence.escape import code, escape_cell
 
 #: Keys a recorded comparison must carry to be rendered (the v2 ``PairedResult.as_dict()``).
-REQUIRED = ("name_a", "name_b", "estimate", "ci_low", "ci_high", "mde", "min_effect", "verdict",
-            "variance_components", "n_seeds", "n_items", "design")
+REQUIRED = (
+    "name_a",
+    "name_b",
+    "estimate",
+    "ci_low",
+    "ci_high",
+    "mde",
+    "min_effect",
+    "verdict",
+    "variance_components",
+    "n_seeds",
+    "n_items",
+    "design",
+)
 
-HEADER = ("| chapter | profile | run seed | comparison (b − a) | estimate | 95% CI | MDE@80% | smallest effect "
-          "| verdict | var. seed / item / residual | seeds × items |")
+HEADER = (
+    "| chapter | profile | run seed | comparison (b − a) | estimate | 95% CI | MDE@80% | smallest effect "
+    "| verdict | var. seed / item / residual | seeds × items |"
+)
 
 
 def is_paired(value) -> bool:
@@ -32,9 +46,11 @@ def _num(x, spec: str = ".3g") -> str:
 
 def paired_outcome(value: dict) -> str:
     """One comparison as the ledger's outcome note: verdict, estimate and CI against the smallest effect."""
-    return (f"{value['verdict']} ({value['name_b']} − {value['name_a']} {_num(value['estimate'], '+.3g')}, "
-            f"95% CI [{_num(value['ci_low'], '+.3g')}, {_num(value['ci_high'], '+.3g')}], "
-            f"MDE {_num(value['mde'])} vs smallest effect {_num(value['min_effect'])})")
+    return (
+        f"{value['verdict']} ({value['name_b']} − {value['name_a']} {_num(value['estimate'], '+.3g')}, "
+        f"95% CI [{_num(value['ci_low'], '+.3g')}, {_num(value['ci_high'], '+.3g')}], "
+        f"MDE {_num(value['mde'])} vs smallest effect {_num(value['min_effect'])})"
+    )
 
 
 def paired_rows(receipts: Iterable[dict]) -> str:
@@ -53,9 +69,19 @@ def paired_rows(receipts: Iterable[dict]) -> str:
     for chapter, profile, name, seed, v in sorted(rows, key=lambda r: tuple(map(str, r[:4]))):
         vc = v["variance_components"] if isinstance(v["variance_components"], dict) else {}
         shape = f"{v['n_seeds']} × {v['n_items']} {'shared' if v['design'] == 'crossed' else 'nested'}"
-        cells = [chapter, profile, seed, None, _num(v["estimate"], "+.4g"), None, _num(v["mde"]),
-                 _num(v["min_effect"]), None, f"{_num(vc.get('seed'))} / {_num(vc.get('item'))} / {_num(vc.get('residual'))}",
-                 shape]
+        cells = [
+            chapter,
+            profile,
+            seed,
+            None,
+            _num(v["estimate"], "+.4g"),
+            None,
+            _num(v["mde"]),
+            _num(v["min_effect"]),
+            None,
+            f"{_num(vc.get('seed'))} / {_num(vc.get('item'))} / {_num(vc.get('residual'))}",
+            shape,
+        ]
         text = [escape_cell(c) for c in cells]  # everything recorded by a run is text, never markup
         text[3] = f"{code(name)} ({escape_cell(v['name_b'])} − {escape_cell(v['name_a'])})"
         text[5] = f"[{escape_cell(_num(v['ci_low'], '+.4g'))}, {escape_cell(_num(v['ci_high'], '+.4g'))}]"

@@ -29,8 +29,9 @@ def _pilot_items(result: dict) -> int:
     return n if result["design"] == "crossed" else max(1, round(n / max(1, int(result["n_seeds"]))))
 
 
-def plan_chapter(chapter_id: str, profile: str, *, max_seeds: int = 20, items: list[int] | None = None,
-                 power: float = 0.8) -> list[PlanRow]:
+def plan_chapter(
+    chapter_id: str, profile: str, *, max_seeds: int = 20, items: list[int] | None = None, power: float = 0.8
+) -> list[PlanRow]:
     from agentpost.stats import plan
     from agentpost.stats.planner import DEFAULT_ITEMS
 
@@ -44,8 +45,15 @@ def plan_chapter(chapter_id: str, profile: str, *, max_seeds: int = 20, items: l
             continue
         n0 = _pilot_items(c.result)
         candidates = sorted(set(items or DEFAULT_ITEMS) | {n0})
-        p = plan(c.result["variance_components"], design=c.result["design"], min_effect=c.comparison.min_effect,
-                 power=power, seeds=range(3, max_seeds + 1), items=candidates, pilot=(int(c.result["n_seeds"]), n0))
+        p = plan(
+            c.result["variance_components"],
+            design=c.result["design"],
+            min_effect=c.comparison.min_effect,
+            power=power,
+            seeds=range(3, max_seeds + 1),
+            items=candidates,
+            pilot=(int(c.result["n_seeds"]), n0),
+        )
         rows.append(PlanRow(c, p, wall))
     return rows
 
@@ -59,25 +67,32 @@ def minutes(wall_s: float | None, seeds: int, items: int, pilot_items: int) -> t
 
 def render(rows: list[PlanRow], chapter_id: str, profile: str, *, show: int = 4) -> str:
     """Plain-text report: per comparison, the pilot's MDE and the smallest designs that reach the margin."""
-    out = [f"{chapter_id}: plan from the pilot runs of profile {profile!r} (80% power, alpha 0.05; predicted wall "
-           "time at --jobs 1: low = items cost nothing, high = run time grows with items)"]
+    out = [
+        f"{chapter_id}: plan from the pilot runs of profile {profile!r} (80% power, alpha 0.05; predicted wall "
+        "time at --jobs 1: low = items cost nothing, high = run time grows with items)"
+    ]
     for row in rows:
         c = row.computed
-        head = f"- {c.comparison.id} ({c.comparison.claim}{', headline' if c.comparison.headline else ''}; margin " \
-               f"{c.comparison.min_effect:.3g})"
+        head = (
+            f"- {c.comparison.id} ({c.comparison.claim}{', headline' if c.comparison.headline else ''}; margin "
+            f"{c.comparison.min_effect:.3g})"
+        )
         if row.plan is None:
             out.append(f"{head}: no pilot: {c.problem}")
             continue
         n0 = _pilot_items(c.result)
         pilot = row.plan.pilot
         vc = row.plan.components
-        out.append(f"{head}: pilot {pilot['seeds']} seeds x {n0} items -> MDE {pilot['mde']:.3g} "
-                   f"(observed {c.result['mde']:.3g}; verdict {c.verdict}); variance seed {vc['seed'] or 0:.3g}, "
-                   f"item {vc['item'] or 0:.3g}, residual "
-                   + ("-" if vc["residual"] is None else f"{vc['residual']:.3g}"))
+        out.append(
+            f"{head}: pilot {pilot['seeds']} seeds x {n0} items -> MDE {pilot['mde']:.3g} "
+            f"(observed {c.result['mde']:.3g}; verdict {c.verdict}); variance seed {vc['seed'] or 0:.3g}, "
+            f"item {vc['item'] or 0:.3g}, residual " + ("-" if vc["residual"] is None else f"{vc['residual']:.3g}")
+        )
         if not row.plan.designs:
-            out.append("    no design up to --max-seeds seeds x 10000 items reaches the margin: raise --max-seeds, or, "
-                       "where the seed variance dominates, reduce it (e.g. train longer)")
+            out.append(
+                "    no design up to --max-seeds seeds x 10000 items reaches the margin: raise --max-seeds, or, "
+                "where the seed variance dominates, reduce it (e.g. train longer)"
+            )
             continue
         for d in row.plan.designs[:show]:
             span = minutes(row.wall_s, d["seeds"], d["items"], n0)
@@ -96,6 +111,7 @@ SETTLE_ITEM_FACTORS = (1, 4)
 class Settling:
     """The fewest seeds (on :data:`SETTLE_SEEDS`) at ``items`` per seed whose predicted MDE reaches ``target``
     (``seeds`` None: none up to the grid's end), with the predicted hours at ``--jobs 2`` (None: no run time)."""
+
     items: int
     target: float
     seeds: int | None
@@ -130,10 +146,23 @@ def what_would_settle(computed: Computed, wall_s: float | None, power: float = 0
         return []
     out = []
     for factor in SETTLE_ITEM_FACTORS:
-        p = plan(computed.result["variance_components"], design=computed.result["design"], min_effect=target,
-                 power=power, seeds=SETTLE_SEEDS, items=[n0 * factor])
+        p = plan(
+            computed.result["variance_components"],
+            design=computed.result["design"],
+            min_effect=target,
+            power=power,
+            seeds=SETTLE_SEEDS,
+            items=[n0 * factor],
+        )
         first = p.designs[0] if p.designs else None
         span = minutes(wall_s, first["seeds"], n0 * factor, n0) if first else None
-        out.append(Settling(n0 * factor, target, first and first["seeds"], first and first["mde"],
-                            span and (span[0] / 120, span[1] / 120)))
+        out.append(
+            Settling(
+                n0 * factor,
+                target,
+                first and first["seeds"],
+                first and first["mde"],
+                span and (span[0] / 120, span[1] / 120),
+            )
+        )
     return out

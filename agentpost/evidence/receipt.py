@@ -30,8 +30,14 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from agentpost.record.hashing import (code_hash, notebook_code_hash, notebook_source_hash, sha256_file, sha256_json,
-                                        sha256_tree)
+from agentpost.record.hashing import (
+    code_hash,
+    notebook_code_hash,
+    notebook_source_hash,
+    sha256_file,
+    sha256_json,
+    sha256_tree,
+)
 from agentpost.project import project_root
 
 SCHEMA_VERSION = 5
@@ -149,6 +155,7 @@ def json_schema() -> dict:
 
 # ---------------------------------------------------------------- hashing rules and keys
 
+
 @functools.lru_cache(maxsize=None)
 def source_notebook(chapter_id: str):
     """The chapter's source notebook, read once per process (planning, hashing and validation share it)."""
@@ -223,8 +230,12 @@ def parameter_hash(parameters: dict) -> str:
 
 def input_hashes(notebook: dict, parameters: dict, datasets: tuple[str, ...]) -> dict:
     """Every input that defines a run except the seed, from the already-read source ``notebook``."""
-    return {"source_notebook": notebook_source_hash(notebook), "parameters": parameter_hash(parameters),
-            "code_tree": code_tree_hash(), "data": data_hashes(datasets)}
+    return {
+        "source_notebook": notebook_source_hash(notebook),
+        "parameters": parameter_hash(parameters),
+        "code_tree": code_tree_hash(),
+        "data": data_hashes(datasets),
+    }
 
 
 def input_hashes_of(receipt: dict) -> dict:
@@ -250,16 +261,23 @@ def configuration_key(receipt: dict) -> str:
     so an edit of a docstring, a comment or the chapter's prose does not split a configuration either."""
     hashes = input_hashes_of(receipt)
     if receipt.get("schema_version", 0) >= 5:
-        hashes = {**{k: v for k, v in hashes.items() if k not in ("code_tree", "source_notebook")},
-                  "imported_code": sha256_json(receipt["imported_code"]), "notebook_code": receipt["notebook_code"]}
+        hashes = {
+            **{k: v for k, v in hashes.items() if k not in ("code_tree", "source_notebook")},
+            "imported_code": sha256_json(receipt["imported_code"]),
+            "notebook_code": receipt["notebook_code"],
+        }
     elif receipt.get("imported_code"):
-        hashes = {**{k: v for k, v in hashes.items() if k != "code_tree"},
-                  "imported_code": sha256_json(receipt["imported_code"])}
-    return sha256_json({"chapter": receipt["chapter"], "profile": receipt["profile"], "kind": receipt.get("kind"),
-                        **hashes})
+        hashes = {
+            **{k: v for k, v in hashes.items() if k != "code_tree"},
+            "imported_code": sha256_json(receipt["imported_code"]),
+        }
+    return sha256_json(
+        {"chapter": receipt["chapter"], "profile": receipt["profile"], "kind": receipt.get("kind"), **hashes}
+    )
 
 
 # ---------------------------------------------------------------- where runs live
+
 
 def runs_root() -> Path:
     return project_root() / RUNS_DIR
@@ -281,12 +299,16 @@ def run_dirs(root: Path | None = None) -> list[Path]:
     for folder, subfolders, files in os.walk(root) if root.is_dir() else ():
         if RECEIPT_NAME in files and not Path(folder).name.startswith(".tmp-"):
             found.append(Path(folder))
-        found += [Path(folder, s) for s in subfolders
-                  if os.path.islink(os.path.join(folder, s)) and os.path.isfile(os.path.join(folder, s, RECEIPT_NAME))]
+        found += [
+            Path(folder, s)
+            for s in subfolders
+            if os.path.islink(os.path.join(folder, s)) and os.path.isfile(os.path.join(folder, s, RECEIPT_NAME))
+        ]
     return sorted(found)
 
 
 # ---------------------------------------------------------------- construction, seal, files
+
 
 def seal(receipt: dict) -> dict:
     """Add the self-hash that makes any later edit of a field detectable (not a signature: see book/receipts.md)."""

@@ -39,8 +39,14 @@ def is_reference(value: Any) -> bool:
 
 def reference(payload: dict) -> dict:
     """What an outcomes scrap keeps in the notebook and the receipt: all but its items and values."""
-    return {"kind": REFERENCE_KIND, "file": OUTCOMES_NAME, "metric": payload["metric"], "facts": payload["facts"],
-            "arms": sorted(payload["arms"]), "n_items": len(payload["items"])}
+    return {
+        "kind": REFERENCE_KIND,
+        "file": OUTCOMES_NAME,
+        "metric": payload["metric"],
+        "facts": payload["facts"],
+        "arms": sorted(payload["arms"]),
+        "n_items": len(payload["items"]),
+    }
 
 
 def outcomes_bytes(payloads: dict[str, dict]) -> bytes:
@@ -55,8 +61,14 @@ def outcomes_bytes(payloads: dict[str, dict]) -> bytes:
             cols["arm"] += [arm] * len(values)
             cols["item"] += payload["items"]
             cols["value"] += values
-    table = pa.table({"scrap": pa.array(cols["scrap"], pa.string()), "arm": pa.array(cols["arm"], pa.string()),
-                      "item": pa.array(cols["item"], pa.string()), "value": pa.array(cols["value"], pa.float64())})
+    table = pa.table(
+        {
+            "scrap": pa.array(cols["scrap"], pa.string()),
+            "arm": pa.array(cols["arm"], pa.string()),
+            "item": pa.array(cols["item"], pa.string()),
+            "value": pa.array(cols["value"], pa.float64()),
+        }
+    )
     sink = io.BytesIO()
     pq.write_table(table, sink, compression="zstd", use_dictionary=["scrap", "arm", "item"])
     return sink.getvalue()
@@ -85,8 +97,13 @@ def _full(ref: dict, stored: dict[str, dict], name: str) -> dict:
     if name not in stored:
         raise KeyError(f"outcomes scrap {name!r} is not in {OUTCOMES_NAME}")
     entry = stored[name]
-    return {"kind": KIND, "metric": ref["metric"], "items": list(entry["items"]),
-            "arms": {arm: list(entry["arms"][arm]) for arm in sorted(entry["arms"])}, "facts": ref["facts"]}
+    return {
+        "kind": KIND,
+        "metric": ref["metric"],
+        "items": list(entry["items"]),
+        "arms": {arm: list(entry["arms"][arm]) for arm in sorted(entry["arms"])},
+        "facts": ref["facts"],
+    }
 
 
 def _outputs(nb: dict):
@@ -114,7 +131,8 @@ def compact(nb: dict, metrics: dict) -> tuple[dict, dict, bytes | None]:
         if "image/png" in bundle:
             png = bundle.pop("image/png")
             output.setdefault("metadata", {}).setdefault("agentpost", {})[FIGURE_KEY] = sha256_bytes(
-                "".join(png).encode("ascii"))
+                "".join(png).encode("ascii")
+            )
             bundle.setdefault("text/plain", "<figure>")
     return nb, metrics, (outcomes_bytes(payloads) if payloads else None)
 

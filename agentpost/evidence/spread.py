@@ -44,21 +44,32 @@ def spread_section(root: Path, chapter: str) -> list[str]:
     if spread is None:
         return []
     paths = ["committed", *spread["paths"]]
-    lines = ["", "## Machine-to-machine spread", "",
-             f"The notebook at its smoke defaults (seed {spread['seed']}) re-run under other CPU kernel paths "
-             f"({', '.join(code(p) for p in paths[1:])}) next to the committed run. A comparison whose estimate moves "
-             "by more than its MDE between kernel paths has a verdict that depends on the machine.", ""]
+    lines = [
+        "",
+        "## Machine-to-machine spread",
+        "",
+        f"The notebook at its smoke defaults (seed {spread['seed']}) re-run under other CPU kernel paths "
+        f"({', '.join(code(p) for p in paths[1:])}) next to the committed run. A comparison whose estimate moves "
+        "by more than its MDE between kernel paths has a verdict that depends on the machine.",
+        "",
+    ]
     if not spread["paired"]:
         lines.append("No comparison recorded with `glue_paired` in this measurement.")
         return lines
-    lines += ["| comparison | " + " | ".join(f"estimate ({p})" for p in paths) + " | spread | MDE | spread < MDE | verdicts |",
-              "|---|" + "---|" * len(paths) + "---|---|---|---|"]
+    lines += [
+        "| comparison | "
+        + " | ".join(f"estimate ({p})" for p in paths)
+        + " | spread | MDE | spread < MDE | verdicts |",
+        "|---|" + "---|" * len(paths) + "---|---|---|---|",
+    ]
     for row in spread["paired"]:
         est = " | ".join(escape_cell(format_value(row["estimate"][p])) if p in row["estimate"] else " " for p in paths)
         verdicts = ", ".join(sorted(set(map(str, row["verdicts"].values()))))
-        lines.append(f"| {code(row['comparison'])} | {est} | {escape_cell(format_value(row['estimate_spread']))} | "
-                     f"{escape_cell(format_value(row['mde']))} | {'yes' if row['spread_below_mde'] else '**no**'} "
-                     f"| {escape_cell(verdicts)} |")
+        lines.append(
+            f"| {code(row['comparison'])} | {est} | {escape_cell(format_value(row['estimate_spread']))} | "
+            f"{escape_cell(format_value(row['mde']))} | {'yes' if row['spread_below_mde'] else '**no**'} "
+            f"| {escape_cell(verdicts)} |"
+        )
     return lines
 
 

@@ -42,8 +42,14 @@ from agentpost.evidence import receipt as rc
 from agentpost.evidence import run_store
 from agentpost.record.environment import GLUE_NAME
 from agentpost.evidence.escape import brief
-from agentpost.record.hashing import (PAPERMILL_TAGS, notebook_code_hash, notebook_source_hash, sha256_bytes,
-                                      sha256_file, sha256_json)
+from agentpost.record.hashing import (
+    PAPERMILL_TAGS,
+    notebook_code_hash,
+    notebook_source_hash,
+    sha256_bytes,
+    sha256_file,
+    sha256_json,
+)
 from agentpost.record.recording import SCRAP_MIME, read_scraps, rendering_problem
 from agentpost.project import config
 
@@ -85,14 +91,28 @@ def catalogue_profile(chapter_id, profile) -> bool:
     from agentpost.catalogue import chapters
 
     ids = {c.id: c for c in chapters()}
-    return isinstance(chapter_id, str) and chapter_id in ids and isinstance(profile, str) and profile in ids[chapter_id].profiles
+    return (
+        isinstance(chapter_id, str)
+        and chapter_id in ids
+        and isinstance(profile, str)
+        and profile in ids[chapter_id].profiles
+    )
 
 
 #: The modules whose rules :func:`check_run` applies: their code is part of every cached result's key.
-_RULES = ("agentpost.evidence.validate", "agentpost.evidence.run_store", "agentpost.evidence.receipt",
-          "agentpost.evidence.escape", "agentpost.record.recording", "agentpost.record.outcomes",
-          "agentpost.record.environment", "agentpost.record.hashing", "agentpost.run.params", "agentpost.catalogue",
-          "agentpost.project")
+_RULES = (
+    "agentpost.evidence.validate",
+    "agentpost.evidence.run_store",
+    "agentpost.evidence.receipt",
+    "agentpost.evidence.escape",
+    "agentpost.record.recording",
+    "agentpost.record.outcomes",
+    "agentpost.record.environment",
+    "agentpost.record.hashing",
+    "agentpost.run.params",
+    "agentpost.catalogue",
+    "agentpost.project",
+)
 
 
 @functools.lru_cache(maxsize=None)
@@ -122,9 +142,15 @@ def _cache_key(run_dir: Path) -> str | None:
         catalogue = Path(__file__).resolve().parents[1] / "catalogue" / f"{chapter}.yaml"
         inputs = [_file_digest(p) for p in (ch.notebook, ch.profile_path(profile), catalogue)]
     files = [rc.RECEIPT_NAME, rc.NOTEBOOK_NAME, rc.STORED_NOTEBOOK_NAME, run_store.OUTCOMES_NAME]
-    return sha256_json({"rules": _rules_hash(), "folder": run_dir.as_posix(), "inputs": inputs,
-                        "where": str(rc.runs_root().resolve()),
-                        "files": {f: _file_digest(run_dir / f) for f in files}})
+    return sha256_json(
+        {
+            "rules": _rules_hash(),
+            "folder": run_dir.as_posix(),
+            "inputs": inputs,
+            "where": str(rc.runs_root().resolve()),
+            "files": {f: _file_digest(run_dir / f) for f in files},
+        }
+    )
 
 
 def check_run(run_dir: Path, outcomes: bool = True) -> Report:
@@ -144,12 +170,19 @@ def check_run(run_dir: Path, outcomes: bool = True) -> Report:
             return report
         report.receipt = {**report.receipt, "metrics": rc.load_raw(run_dir / rc.RECEIPT_NAME)["metrics"]}
         return report
-    report = Report(run_dir, problems=[Problem(**p) for p in cached["problems"]], malformed=cached["malformed"],
-                    complete=cached["complete"])
+    report = Report(
+        run_dir,
+        problems=[Problem(**p) for p in cached["problems"]],
+        malformed=cached["malformed"],
+        complete=cached["complete"],
+    )
     raw = rc.load_raw(run_dir / rc.RECEIPT_NAME)
     if report.complete:
-        metrics = run_store.inflate(None, raw["metrics"], run_store.read_outcomes_file(run_dir))[1] if outcomes \
+        metrics = (
+            run_store.inflate(None, raw["metrics"], run_store.read_outcomes_file(run_dir))[1]
+            if outcomes
             else raw["metrics"]
+        )
         report.receipt = {**raw, "metrics": metrics}
         report.stale = stale_inputs(report.receipt)
     else:
@@ -178,8 +211,16 @@ def _store(key: str | None, report: Report) -> None:
     path = _cache_path(key)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        rc.write_atomic(path, json.dumps({"problems": [vars(p) for p in report.problems],
-                                          "malformed": report.malformed, "complete": report.complete}))
+        rc.write_atomic(
+            path,
+            json.dumps(
+                {
+                    "problems": [vars(p) for p in report.problems],
+                    "malformed": report.malformed,
+                    "complete": report.complete,
+                }
+            ),
+        )
     except OSError:  # a read-only cache only costs time
         pass
 
@@ -198,8 +239,7 @@ def _check_run(run_dir: Path) -> Report:
 
     receipt_path, nb_path = run_dir / rc.RECEIPT_NAME, run_store.notebook_path(run_dir)
     if not receipt_path.is_file() or not nb_path.is_file():
-        bad("files", f"needs {rc.RECEIPT_NAME} and {rc.STORED_NOTEBOOK_NAME} (or, before schema 5, "
-                     f"{rc.NOTEBOOK_NAME})")
+        bad("files", f"needs {rc.RECEIPT_NAME} and {rc.STORED_NOTEBOOK_NAME} (or, before schema 5, {rc.NOTEBOOK_NAME})")
         return report
     outcomes_path = run_dir / run_store.OUTCOMES_NAME
     if receipt_path.is_symlink() or nb_path.is_symlink() or run_dir.is_symlink() or outcomes_path.is_symlink():
@@ -216,19 +256,24 @@ def _check_run(run_dir: Path) -> Report:
     version = raw.get("schema_version")
     model = rc.MODELS.get(version) if isinstance(version, int) and not isinstance(version, bool) else None
     if model is None:
-        return malformed("schema_version", f"{brief(version)} is not one of {sorted(rc.MODELS)}; re-run to get a "
-                                           "current receipt")
+        return malformed(
+            "schema_version", f"{brief(version)} is not one of {sorted(rc.MODELS)}; re-run to get a current receipt"
+        )
     try:
         model.model_validate(raw)
     except ValidationError as err:
         errors = err.errors()
         for e in errors[:10]:
             bad(".".join(map(str, e["loc"])) or "receipt", e["msg"])
-        report.malformed = f"{len(errors)} schema error(s), first: {report.problems[0].field}: {report.problems[0].message}"
+        report.malformed = (
+            f"{len(errors)} schema error(s), first: {report.problems[0].field}: {report.problems[0].message}"
+        )
         return report
     if not catalogue_profile(raw["chapter"], raw["profile"]):
-        return malformed("chapter/profile", f"{brief(raw['chapter'])}/{brief(raw['profile'])} is not a chapter and "
-                                            "profile of the catalogue")
+        return malformed(
+            "chapter/profile",
+            f"{brief(raw['chapter'])}/{brief(raw['profile'])} is not a chapter and profile of the catalogue",
+        )
     if rc.seal(raw)["receipt_sha256"] != raw["receipt_sha256"]:
         bad("receipt_sha256", "the receipt was edited after sealing")
     if version >= 5 and nb_path.name != rc.STORED_NOTEBOOK_NAME:
@@ -244,8 +289,14 @@ def _check_run(run_dir: Path) -> Report:
     outcomes = run_store.read_outcomes_file(run_dir)
     expected = raw.get("outcomes_sha256")
     if (outcomes is None) != (expected is None) or (outcomes is not None and sha256_bytes(outcomes) != expected):
-        bad(run_store.OUTCOMES_NAME, "missing" if outcomes is None else "present but the receipt seals none"
-            if expected is None else "changed after the run")
+        bad(
+            run_store.OUTCOMES_NAME,
+            "missing"
+            if outcomes is None
+            else "present but the receipt seals none"
+            if expected is None
+            else "changed after the run",
+        )
         return report
     try:
         nb, metrics = run_store.inflate(nb, raw["metrics"], outcomes)
@@ -272,7 +323,7 @@ def _check_keys(r: dict, run_dir: Path, bad) -> None:
     if rc.run_key_of(r) != r["run_key"]:
         bad("run_key", "is not the key of the recorded chapter, profile, kind, seed and input hashes")
     expected = rc.run_folder(r["chapter"], r["profile"], r["kind"], r["seed"], r["run_key"])
-    actual = Path(*run_dir.resolve().parts[-len(expected.parts):])
+    actual = Path(*run_dir.resolve().parts[-len(expected.parts) :])
     if actual != expected:
         bad("folder", f"the run is in {actual.as_posix()} but its receipt belongs in {expected.as_posix()}")
     if (r["kind"] == "ad-hoc") != bool(r["overrides"]):
@@ -302,23 +353,31 @@ def _profile_parameters(chapter_id: str, profile: str, overrides: str) -> str:
     from agentpost.run.params import notebook_defaults, profile_parameters
 
     ch = get_chapter(chapter_id)
-    return json.dumps(profile_parameters(ch, profile, json.loads(overrides),
-                                         notebook_defaults(rc.source_notebook(chapter_id))))
+    return json.dumps(
+        profile_parameters(ch, profile, json.loads(overrides), notebook_defaults(rc.source_notebook(chapter_id)))
+    )
 
 
 def _check_parameters(r: dict, nb, bad) -> None:
     from agentpost.errors import UsageError
 
     try:
-        expected = json.loads(_profile_parameters(r["chapter"], r["profile"], json.dumps(r["overrides"],
-                                                                                          sort_keys=True)))
+        expected = json.loads(
+            _profile_parameters(r["chapter"], r["profile"], json.dumps(r["overrides"], sort_keys=True))
+        )
     except (KeyError, UsageError, OSError) as err:
         bad("parameters", f"cannot be derived from profile {r['profile']!r}: {err.args[0] if err.args else err}")
         return
     expected = {**expected, "seed": r["seed"]}
     if expected != r["parameters"]:
-        diff = sorted(k for k in set(expected) | set(r["parameters"]) if expected.get(k, object()) != r["parameters"].get(k, object()))
-        bad("parameters", f"differ from params/{r['chapter']}/{r['profile']}.yaml plus the recorded overrides in {diff}")
+        diff = sorted(
+            k
+            for k in set(expected) | set(r["parameters"])
+            if expected.get(k, object()) != r["parameters"].get(k, object())
+        )
+        bad(
+            "parameters", f"differ from params/{r['chapter']}/{r['profile']}.yaml plus the recorded overrides in {diff}"
+        )
 
 
 def _injected(nb) -> dict | None:
@@ -342,8 +401,14 @@ def _glued_unconditionally(cell) -> set[str]:
     names = set()
     for node in body:
         call = node.value if isinstance(node, (ast.Expr, ast.Assign)) else None
-        if (isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id in GLUE_FUNCTIONS
-                and call.args and isinstance(call.args[0], ast.Constant) and isinstance(call.args[0].value, str)):
+        if (
+            isinstance(call, ast.Call)
+            and isinstance(call.func, ast.Name)
+            and call.func.id in GLUE_FUNCTIONS
+            and call.args
+            and isinstance(call.args[0], ast.Constant)
+            and isinstance(call.args[0].value, str)
+        ):
             names.add(call.args[0].value)
     return names
 
@@ -364,8 +429,14 @@ def notebook_problems(nb, run: str = "") -> list[Problem]:
     problems: list[Problem] = []
     tagged = [i for i, c in enumerate(nb.cells) if "parameters" in c.get("metadata", {}).get("tags", [])]
     if len(tagged) != 1:
-        problems.append(Problem(run, "notebook.parameters", f"needs exactly one cell tagged 'parameters' (where "
-                                f"papermill injects the run's parameters), found {len(tagged)}"))
+        problems.append(
+            Problem(
+                run,
+                "notebook.parameters",
+                f"needs exactly one cell tagged 'parameters' (where "
+                f"papermill injects the run's parameters), found {len(tagged)}",
+            )
+        )
     errors = error_cells(nb)
     last_run = errors[0] if errors else len(nb.cells)
     shown: set[str] = set()
@@ -379,18 +450,29 @@ def notebook_problems(nb, run: str = "") -> list[Problem]:
                 problems.append(Problem(run, f"metrics.{meta.get('name', '?')}", f"glued text: {why}"))
         if cell.cell_type == "code" and i < last_run:
             expected_glues |= _glued_unconditionally(cell)
-    problems += [Problem(run, f"metrics.{missing}", "its cell glues it, but the notebook has no output for it (deleted?)")
-                 for missing in sorted(expected_glues - shown)]
+    problems += [
+        Problem(run, f"metrics.{missing}", "its cell glues it, but the notebook has no output for it (deleted?)")
+        for missing in sorted(expected_glues - shown)
+    ]
     if not isinstance(read_scraps(nb).get(GLUE_NAME), dict):
-        problems.append(Problem(run, "device", "the notebook did not record its device (its set-up cell must call "
-                                f"show_device(), glued as {GLUE_NAME})"))
+        problems.append(
+            Problem(
+                run,
+                "device",
+                "the notebook did not record its device (its set-up cell must call "
+                f"show_device(), glued as {GLUE_NAME})",
+            )
+        )
     return problems
 
 
 def _check_notebook(r: dict, nb, bad) -> None:
     injected = _injected(nb)
     if injected != r["parameters"]:
-        bad("notebook.injected_parameters", "the parameters papermill injected into the notebook differ from the receipt's")
+        bad(
+            "notebook.injected_parameters",
+            "the parameters papermill injected into the notebook differ from the receipt's",
+        )
     pm = nb.metadata.get("papermill", {})
     if pm.get("parameters") != r["parameters"]:
         bad("notebook.metadata.papermill.parameters", "papermill's record of the parameters differs from the receipt's")
@@ -434,11 +516,15 @@ def _check_cell_timing(nb, pm: dict, bad) -> None:
             bad(f"notebook.cells[{i}].timing", "unreadable papermill start_time/end_time/duration")
             return
         if (start - previous_end).total_seconds() < -1.0 or (end - pm_end).total_seconds() > 1.0 or end < start:
-            bad(f"notebook.cells[{i}].timing", "the cell's papermill times are not inside the run's execution, in order")
+            bad(
+                f"notebook.cells[{i}].timing", "the cell's papermill times are not inside the run's execution, in order"
+            )
             return
         if abs((end - start).total_seconds() - duration) > 1.0:
-            bad(f"notebook.cells[{i}].timing", f"duration {brief(duration)} s but start and end are "
-                                              f"{(end - start).total_seconds():.0f} s apart")
+            bad(
+                f"notebook.cells[{i}].timing",
+                f"duration {brief(duration)} s but start and end are {(end - start).total_seconds():.0f} s apart",
+            )
             return
         previous_end, total = end, total + duration
     if total - float(pm.get("duration") or 0.0) > 1.0 + 0.01 * total:
@@ -467,8 +553,11 @@ def _check_environment(r: dict, nb, bad) -> None:
     if not isinstance(facts, dict):
         return  # a problem of the notebook itself (notebook_problems)
     if facts.get("device") != r["device"]:
-        diff = sorted(k for k in set(r["device"]) | set(facts.get("device") or {})
-                      if r["device"].get(k) != (facts.get("device") or {}).get(k))
+        diff = sorted(
+            k
+            for k in set(r["device"]) | set(facts.get("device") or {})
+            if r["device"].get(k) != (facts.get("device") or {}).get(k)
+        )
         bad("device", f"differs from the device the notebook recorded in {diff}")
     if facts.get("packages") != r["packages"]:
         bad("packages", "differ from the package versions the notebook recorded")
@@ -488,7 +577,11 @@ def stale_inputs(r: dict) -> list[str]:
         stale.append("hashes.source_notebook")
         ch = None
     if r.get("schema_version", 0) >= 5:  # judged by code: the notebook's code cells, the imported files' code
-        if ch is not None and "hashes.source_notebook" in stale and rc.current_notebook_code(ch.id) == r["notebook_code"]:
+        if (
+            ch is not None
+            and "hashes.source_notebook" in stale
+            and rc.current_notebook_code(ch.id) == r["notebook_code"]
+        ):
             stale.remove("hashes.source_notebook")  # only its prose changed
         if rc.changed_code(r["imported_code"]):
             stale.append("imported_code")
@@ -518,7 +611,9 @@ def copied_seeds(receipts: list[dict]) -> list[list[int]]:
 
 
 def gpu_device_allowed(device: dict) -> bool:
-    return device.get("kind") == "cuda" and any(a.lower() in str(device.get("name", "")).lower() for a in config()["gpu_allow"])
+    return device.get("kind") == "cuda" and any(
+        a.lower() in str(device.get("name", "")).lower() for a in config()["gpu_allow"]
+    )
 
 
 def gpu_evidence_problems(receipts: list[dict]) -> list[str]:

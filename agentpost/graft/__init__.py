@@ -16,7 +16,22 @@ from agentpost.graft.graph import Trajectory, TrajectoryGraph, build_graph, cosi
 from agentpost.graft.values import ValueResult, bellman_residual, bellman_values, default_k_max
 
 __all__ = [
-    "CREDIT_METHODS", "Credit", "CreditConfig", "Trajectory", "TrajectoryGraph", "ValueResult", "bellman_residual",
-    "bellman_values", "build_graph", "cosine_clusters", "default_k_max", "graph_gae", "grpo_c_objective",
-    "mc_returns", "node_group_stats", "node_normalise", "step_credit", "td0_advantages",
+    "CREDIT_METHODS",
+    "Credit",
+    "CreditConfig",
+    "Trajectory",
+    "TrajectoryGraph",
+    "ValueResult",
+    "bellman_residual",
+    "bellman_values",
+    "build_graph",
+    "cosine_clusters",
+    "default_k_max",
+    "graph_gae",
+    "grpo_c_objective",
+    "mc_returns",
+    "node_group_stats",
+    "node_normalise",
+    "step_credit",
+    "td0_advantages",
 ]

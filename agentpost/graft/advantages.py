@@ -21,8 +21,9 @@ from agentpost.graft.graph import TrajectoryGraph
 from agentpost.rl import aggregate, group_stats, policy_objective
 
 
-def td0_advantages(graph: TrajectoryGraph, values: np.ndarray, *, gamma: float,
-                   include_step_rewards: bool = False) -> np.ndarray:
+def td0_advantages(
+    graph: TrajectoryGraph, values: np.ndarray, *, gamma: float, include_step_rewards: bool = False
+) -> np.ndarray:
     """Eq. 8 for every raw edge instance (= every executed step): gamma V(v) - V(u) [+ r_t]."""
     values = np.asarray(values, dtype=np.float64)
     if values.shape != (graph.n_nodes,):
@@ -33,8 +34,9 @@ def td0_advantages(graph: TrajectoryGraph, values: np.ndarray, *, gamma: float,
     return adv
 
 
-def _hop_means(graph: TrajectoryGraph, residual: np.ndarray, start: int, hops: int, out: list[np.ndarray],
-               distinct: bool) -> np.ndarray:
+def _hop_means(
+    graph: TrajectoryGraph, residual: np.ndarray, start: int, hops: int, out: list[np.ndarray], distinct: bool
+) -> np.ndarray:
     """Abar_k for k = 1..hops from the head node ``start`` of a_t: E_1 = out-edges of ``start``, E_k = out-edges of
     the heads of E_{k-1}."""
     means = np.zeros(hops, dtype=np.float64)
@@ -54,8 +56,9 @@ def _hop_means(graph: TrajectoryGraph, residual: np.ndarray, start: int, hops: i
     return means
 
 
-def graph_gae(graph: TrajectoryGraph, residual: np.ndarray, *, gamma: float, lam: float,
-              gae_edges: str = "raw") -> np.ndarray:
+def graph_gae(
+    graph: TrajectoryGraph, residual: np.ndarray, *, gamma: float, lam: float, gae_edges: str = "raw"
+) -> np.ndarray:
     """Eqs. 9-10 for every executed step; ``residual`` are the per-edge TD(0) residuals (:func:`td0_advantages`).
 
     Step t of a trajectory with T steps sums hops k = 1..T-1-t (0-indexed t; the paper's T - t with 1-indexed t).
@@ -83,8 +86,9 @@ def graph_gae(graph: TrajectoryGraph, residual: np.ndarray, *, gamma: float, lam
     return result
 
 
-def node_normalise(graph: TrajectoryGraph, adv: np.ndarray, *, eps: float = 1e-6, ddof: int = 0,
-                   norm_group: str = "raw") -> np.ndarray:
+def node_normalise(
+    graph: TrajectoryGraph, adv: np.ndarray, *, eps: float = 1e-6, ddof: int = 0, norm_group: str = "raw"
+) -> np.ndarray:
     """Eq. 11: normalise each step's advantage within the group of steps leaving the same node.
 
     ``norm_group`` (ambiguity 6): ``raw`` — the group is every executed step at the node; ``distinct`` — the

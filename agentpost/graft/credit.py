@@ -54,8 +54,9 @@ class CreditConfig:
 
     def __post_init__(self) -> None:
         if self.gigpo_singleton not in ("zero", "zero_mean_unit_std"):
-            raise ValueError(f"gigpo_singleton must be 'zero' (GiGPO) or 'zero_mean_unit_std' (verl), "
-                             f"got {self.gigpo_singleton!r}")
+            raise ValueError(
+                f"gigpo_singleton must be 'zero' (GiGPO) or 'zero_mean_unit_std' (verl), got {self.gigpo_singleton!r}"
+            )
 
 
 @dataclass
@@ -74,8 +75,13 @@ class Credit:
 
 
 def graph_of(trajectories: Sequence[Trajectory], cfg: CreditConfig) -> TrajectoryGraph:
-    return build_graph(trajectories, matching=cfg.matching, sim_threshold=cfg.sim_threshold, embedder=cfg.embedder,
-                       sink_policy=cfg.sink_policy)
+    return build_graph(
+        trajectories,
+        matching=cfg.matching,
+        sim_threshold=cfg.sim_threshold,
+        embedder=cfg.embedder,
+        sink_policy=cfg.sink_policy,
+    )
 
 
 def mc_returns(trajectories: Sequence[Trajectory], *, gamma: float, include_step_rewards: bool) -> np.ndarray:
@@ -93,8 +99,9 @@ def mc_returns(trajectories: Sequence[Trajectory], *, gamma: float, include_step
 
 def _grpo(trajectories, cfg: CreditConfig) -> Credit:
     rewards = [tr.reward for tr in trajectories]
-    adv = group_advantage(rewards, np.zeros(len(rewards), dtype=np.int64), scale="group", std_ddof=cfg.grpo_ddof,
-                          eps=cfg.norm_eps).numpy()
+    adv = group_advantage(
+        rewards, np.zeros(len(rewards), dtype=np.int64), scale="group", std_ddof=cfg.grpo_ddof, eps=cfg.norm_eps
+    ).numpy()
     return Credit([np.full(tr.length, a) for tr, a in zip(trajectories, adv)])
 
 
@@ -102,8 +109,9 @@ def _gigpo(trajectories, cfg: CreditConfig) -> Credit:
     graph = graph_of(trajectories, cfg)
     episode = _grpo(trajectories, cfg).flat
     returns = mc_returns(trajectories, gamma=cfg.gamma, include_step_rewards=cfg.include_step_rewards)
-    step = group_advantage(returns, graph.src, scale="group", std_ddof=cfg.grpo_ddof, eps=cfg.norm_eps,
-                           singleton=cfg.gigpo_singleton).numpy()
+    step = group_advantage(
+        returns, graph.src, scale="group", std_ddof=cfg.grpo_ddof, eps=cfg.norm_eps, singleton=cfg.gigpo_singleton
+    ).numpy()
     return Credit(graph.split(episode + cfg.gigpo_omega * step), graph=graph)
 
 
@@ -112,18 +120,24 @@ def _graft(trajectories, cfg: CreditConfig, *, gae: bool) -> Credit:
     values = bellman_values(graph, gamma=cfg.gamma, tol=cfg.tol, value_weighting=cfg.value_weighting)
     td = td0_advantages(graph, values.values, gamma=cfg.gamma, include_step_rewards=cfg.include_step_rewards)
     adv = graph_gae(graph, td, gamma=cfg.gamma, lam=cfg.lam, gae_edges=cfg.gae_edges) if gae else td
-    final = node_normalise(graph, adv, eps=cfg.norm_eps, ddof=cfg.norm_ddof, norm_group=cfg.norm_group) \
-        if cfg.normalise else adv
+    final = (
+        node_normalise(graph, adv, eps=cfg.norm_eps, ddof=cfg.norm_ddof, norm_group=cfg.norm_group)
+        if cfg.normalise
+        else adv
+    )
     return Credit(graph.split(final), graph=graph, values=values, raw=adv, td=td)
 
 
 #: name -> f(trajectories, cfg) -> Credit.
-CREDIT_METHODS = Registry("credit method", {
-    "grpo": _grpo,
-    "gigpo": _gigpo,
-    "graft_td": lambda trajs, cfg: _graft(trajs, cfg, gae=False),
-    "graft_gae": lambda trajs, cfg: _graft(trajs, cfg, gae=True),
-})
+CREDIT_METHODS = Registry(
+    "credit method",
+    {
+        "grpo": _grpo,
+        "gigpo": _gigpo,
+        "graft_td": lambda trajs, cfg: _graft(trajs, cfg, gae=False),
+        "graft_gae": lambda trajs, cfg: _graft(trajs, cfg, gae=True),
+    },
+)
 
 
 def step_credit(method: str, trajectories: Sequence[Trajectory], cfg: CreditConfig = CreditConfig()) -> Credit:

@@ -33,8 +33,9 @@ class TextGridworld:
     def render(self, pos) -> str:
         rows = []
         for y in range(self.size):
-            rows.append("".join("@" if (x, y) == pos else ">" if (x, y) == self.goal else "."
-                                for x in range(self.size)))
+            rows.append(
+                "".join("@" if (x, y) == pos else ">" if (x, y) == self.goal else "." for x in range(self.size))
+            )
         return "\n".join(rows)
 
     def reset(self, core: int = 0, disp: int = 0):
@@ -80,7 +81,8 @@ class MiniHackRoom:
         spec = gym.spec(env_id)
         # The raw environment, so that MiniHack's own step limit applies (gym.make would wrap it in a TimeLimit).
         self.env = load_env_creator(spec.entry_point)(
-            **{**spec.kwargs, "observation_keys": ("glyphs", "blstats"), "max_episode_steps": max_episode_steps})
+            **{**spec.kwargs, "observation_keys": ("glyphs", "blstats"), "max_episode_steps": max_episode_steps}
+        )
         self.n_actions = int(self.env.action_space.n)
         self._aborted = self.env.StepStatus.ABORTED
         self._success = self.env.StepStatus.TASK_SUCCESSFUL

@@ -29,12 +29,23 @@ def plot_group_graph(trajectories, positions, *, gamma: float, ax, title: str = 
             loops += count
             continue
         (x0, y0), (x1, y1) = pos[u], pos[v]
-        ax.annotate("", xy=(x1, y1), xytext=(x0, y0),
-                    arrowprops={"arrowstyle": "-|>", "lw": 0.6 + 0.5 * count, "color": "0.45", "alpha": 0.7,
-                                "shrinkA": 9, "shrinkB": 9})
+        ax.annotate(
+            "",
+            xy=(x1, y1),
+            xytext=(x0, y0),
+            arrowprops={
+                "arrowstyle": "-|>",
+                "lw": 0.6 + 0.5 * count,
+                "color": "0.45",
+                "alpha": 0.7,
+                "shrinkA": 9,
+                "shrinkB": 9,
+            },
+        )
     xy = np.asarray([pos[n] for n in range(graph.n_nodes)], dtype=float)
-    sc = ax.scatter(xy[:, 0], xy[:, 1], c=values, cmap="viridis", vmin=0, vmax=1, s=260, zorder=3,
-                    edgecolors="k", linewidths=0.5)
+    sc = ax.scatter(
+        xy[:, 0], xy[:, 1], c=values, cmap="viridis", vmin=0, vmax=1, s=260, zorder=3, edgecolors="k", linewidths=0.5
+    )
     for f, r in graph.sink_value.items():
         ax.scatter(*pos[f], s=520, facecolors="none", edgecolors="green" if r > 0 else "red", linewidths=2, zorder=2)
     for n in range(graph.n_nodes):
@@ -43,6 +54,9 @@ def plot_group_graph(trajectories, positions, *, gamma: float, ax, title: str = 
     ax.set_aspect("equal")
     ax.set_xlabel("x (agent column)")
     ax.set_ylabel("y (agent row)")
-    ax.set_title(f"{title}{len(trajectories)} rollouts, {graph.n_nodes} nodes, {graph.n_edges} steps; "
-                 f"{loops} self-loop steps not drawn", fontsize=8)
+    ax.set_title(
+        f"{title}{len(trajectories)} rollouts, {graph.n_nodes} nodes, {graph.n_edges} steps; "
+        f"{loops} self-loop steps not drawn",
+        fontsize=8,
+    )
     return graph, values, sc

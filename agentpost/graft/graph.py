@@ -34,8 +34,10 @@ class Trajectory:
 
     def __post_init__(self) -> None:
         if len(self.states) != len(self.actions) + 1:
-            raise ValueError(f"a trajectory needs len(states) == len(actions) + 1, got {len(self.states)} states "
-                             f"and {len(self.actions)} actions")
+            raise ValueError(
+                f"a trajectory needs len(states) == len(actions) + 1, got {len(self.states)} states "
+                f"and {len(self.actions)} actions"
+            )
         if self.step_rewards and len(self.step_rewards) != len(self.actions):
             raise ValueError(f"step_rewards has {len(self.step_rewards)} entries for {len(self.actions)} actions")
         if not np.isfinite(self.reward):
@@ -165,11 +167,15 @@ def build_graph(
     node_of, src, act, dst, traj, ts, rew, rem = [], [], [], [], [], [], [], []
     pos = 0
     for i, tr in enumerate(trajectories):
-        nodes = flat_nodes[pos:pos + len(tr.states)]
+        nodes = flat_nodes[pos : pos + len(tr.states)]
         pos += len(tr.states)
         node_of.append(nodes)
         for t, a in enumerate(tr.actions):
-            src.append(nodes[t]); act.append(a); dst.append(nodes[t + 1]); traj.append(i); ts.append(t)
+            src.append(nodes[t])
+            act.append(a)
+            dst.append(nodes[t + 1])
+            traj.append(i)
+            ts.append(t)
             rew.append(tr.step_rewards[t] if tr.step_rewards else 0.0)
             rem.append(tr.length - 1 - t)
     non_final = set(src)
@@ -183,10 +189,18 @@ def build_graph(
             continue
         sink_value[node] = float(np.mean(rewards))
     return TrajectoryGraph(
-        n_nodes=len(ids), src=np.asarray(src, dtype=np.int64), action=act, dst=np.asarray(dst, dtype=np.int64),
-        traj=np.asarray(traj, dtype=np.int64), t=np.asarray(ts, dtype=np.int64), node_of=node_of,
-        sink_value=sink_value, step_reward=np.asarray(rew, dtype=np.float64), remaining=np.asarray(rem, dtype=np.int64),
-        labels=labels, conflicts=conflicts,
+        n_nodes=len(ids),
+        src=np.asarray(src, dtype=np.int64),
+        action=act,
+        dst=np.asarray(dst, dtype=np.int64),
+        traj=np.asarray(traj, dtype=np.int64),
+        t=np.asarray(ts, dtype=np.int64),
+        node_of=node_of,
+        sink_value=sink_value,
+        step_reward=np.asarray(rew, dtype=np.float64),
+        remaining=np.asarray(rem, dtype=np.int64),
+        labels=labels,
+        conflicts=conflicts,
     )
 
 

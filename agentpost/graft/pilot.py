@@ -25,13 +25,28 @@ from agentpost.graft.envs import make_env
 from agentpost.graft.train import TrainConfig, train_arm
 
 
-def headroom_rows(env_id: str, *, max_steps: int, updates: int, arms, lrs, seeds, token_base: int = 2,
-                  group_size: int = 8, eval_episodes: int = 32):
+def headroom_rows(
+    env_id: str,
+    *,
+    max_steps: int,
+    updates: int,
+    arms,
+    lrs,
+    seeds,
+    token_base: int = 2,
+    group_size: int = 8,
+    eval_episodes: int = 32,
+):
     """Yield one dict per (arm, learning rate): its training and evaluation success at each seed, and seconds per
     run."""
     env = make_env(env_id, max_steps=max_steps)
-    base = TrainConfig(updates=updates, group_size=group_size, eval_episodes=eval_episodes, token_base=token_base,
-                       credit=CreditConfig())
+    base = TrainConfig(
+        updates=updates,
+        group_size=group_size,
+        eval_episodes=eval_episodes,
+        token_base=token_base,
+        credit=CreditConfig(),
+    )
     for arm in arms:
         for lr in lrs:
             t0, train, evals = time.perf_counter(), [], []
@@ -39,9 +54,17 @@ def headroom_rows(env_id: str, *, max_steps: int, updates: int, arms, lrs, seeds
                 run = train_arm(env, replace(base, method=arm, lr=float(lr)), seed)
                 train.append(round(float(np.mean(list(run["train_success"].values()))), 3))
                 evals.append(round(float(run["eval_success"].mean()), 3))
-            yield {"env": env_id, "max_steps": max_steps, "updates": updates, "token_base": token_base, "arm": arm,
-                   "lr": float(lr), "train_success": train, "eval_success": evals,
-                   "s_per_run": round((time.perf_counter() - t0) / len(seeds), 1)}
+            yield {
+                "env": env_id,
+                "max_steps": max_steps,
+                "updates": updates,
+                "token_base": token_base,
+                "arm": arm,
+                "lr": float(lr),
+                "train_success": train,
+                "eval_success": evals,
+                "s_per_run": round((time.perf_counter() - t0) / len(seeds), 1),
+            }
 
 
 def main(argv=None) -> None:
@@ -57,8 +80,15 @@ def main(argv=None) -> None:
     import torch
 
     torch.set_num_threads(1)
-    for row in headroom_rows(args.env_id, max_steps=args.max_steps, updates=args.updates, arms=args.arms,
-                             lrs=args.lrs, seeds=args.seeds, token_base=args.token_base):
+    for row in headroom_rows(
+        args.env_id,
+        max_steps=args.max_steps,
+        updates=args.updates,
+        arms=args.arms,
+        lrs=args.lrs,
+        seeds=args.seeds,
+        token_base=args.token_base,
+    ):
         print(json.dumps(row), flush=True)
 
 

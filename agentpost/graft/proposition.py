@@ -85,9 +85,16 @@ def estimates(mdp: LatticeMDP, group: list[Trajectory]) -> dict[str, np.ndarray]
     outcomes = np.asarray([tr.reward for tr in group])
     grpo = np.concatenate([np.full(tr.length, r - outcomes.mean()) for tr, r in zip(group, outcomes)])
     v = mdp.true_values()
-    truth = np.concatenate([
-        [mdp.gamma * v[tuple(map(int, tr.states[t + 1].split(",")))] - v[tuple(map(int, tr.states[t].split(",")))]
-         for t in range(tr.length)] for tr in group])
+    truth = np.concatenate(
+        [
+            [
+                mdp.gamma * v[tuple(map(int, tr.states[t + 1].split(",")))]
+                - v[tuple(map(int, tr.states[t].split(",")))]
+                for t in range(tr.length)
+            ]
+            for tr in group
+        ]
+    )
     return {"graft": graft, "gigpo": gigpo, "grpo": grpo, "truth": truth}
 
 

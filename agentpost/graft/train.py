@@ -54,7 +54,7 @@ class ActionCode:
         self.n_actions = n_actions
         self.base = min(base, n_actions) if base else n_actions
         self.length = 1
-        while self.base ** self.length < n_actions:
+        while self.base**self.length < n_actions:
             self.length += 1
 
     def encode(self, action: int) -> tuple[int, ...]:
@@ -157,7 +157,10 @@ def rollout(env, policy: TabularSoftmax, core: int, disp: int, rng: np.random.Ge
     while True:
         dec, a = policy.act(state, rng)
         state, pos, reward, terminated, truncated = env.step(a)
-        states.append(state); positions.append(pos); actions.append(a); decisions.append(dec)
+        states.append(state)
+        positions.append(pos)
+        actions.append(a)
+        decisions.append(dec)
         if terminated or truncated:
             break
     return Trajectory(tuple(states), tuple(actions), reward, terminated=terminated), decisions, positions
@@ -181,8 +184,16 @@ def update(policy: TabularSoftmax, decisions: list, adv: np.ndarray, cfg: TrainC
         logits, logp = policy.log_probs(rows, tokens)
         if logp_old is None:
             logp_old = logp.detach()
-        obj = grpo_c_objective(logp, logp_old, adv_t, torch.ones_like(logp), clip_eps=cfg.clip_eps,
-                               step_agg=cfg.step_agg, traj_ids=tid, ratio_level=cfg.ratio_level)
+        obj = grpo_c_objective(
+            logp,
+            logp_old,
+            adv_t,
+            torch.ones_like(logp),
+            clip_eps=cfg.clip_eps,
+            step_agg=cfg.step_agg,
+            traj_ids=tid,
+            ratio_level=cfg.ratio_level,
+        )
         (-obj).backward()
         np.add.at(policy.table, rows.ravel(), -cfg.lr * logits.grad.numpy().reshape(-1, policy.code.base))
         steps += 1
@@ -191,8 +202,9 @@ def update(policy: TabularSoftmax, decisions: list, adv: np.ndarray, cfg: TrainC
 
 def evaluate(env, policy: TabularSoftmax, episodes: int) -> np.ndarray:
     """Success (0/1) of ``episodes`` sampled episodes; episode i uses the same seeds in every run (paired items)."""
-    return np.asarray([rollout(env, policy, *_seeds(7_777, i), np.random.default_rng([7_777, i]))[0].reward
-                       for i in range(episodes)])
+    return np.asarray(
+        [rollout(env, policy, *_seeds(7_777, i), np.random.default_rng([7_777, i]))[0].reward for i in range(episodes)]
+    )
 
 
 def train_arm(env, cfg: TrainConfig, seed: int, *, keep_group: int | None = None, progress: bool = False) -> dict:
@@ -220,8 +232,9 @@ def train_arm(env, cfg: TrainConfig, seed: int, *, keep_group: int | None = None
         decisions, advs, tids, successes = [], [], [], []
         for g in range(cfg.groups_per_update):
             core, disp = _seeds(seed, u, g)
-            group = [rollout(env, policy, core, disp, np.random.default_rng([seed, u, g, i]))
-                     for i in range(cfg.group_size)]
+            group = [
+                rollout(env, policy, core, disp, np.random.default_rng([seed, u, g, i])) for i in range(cfg.group_size)
+            ]
             trajs = [tr for tr, _, _ in group]
             t0 = time.perf_counter()
             credit = step_credit(method, trajs, credit_cfg)
@@ -233,17 +246,30 @@ def train_arm(env, cfg: TrainConfig, seed: int, *, keep_group: int | None = None
             if keep_group is not None and u * cfg.groups_per_update + g == keep_group:
                 kept = {"trajectories": trajs, "positions": [p for _, _, p in group]}
             for i, ((tr, r, _), a) in enumerate(zip(group, credit.per_traj)):
-                decisions += r; advs.append(a); tids += [g * cfg.group_size + i] * tr.length
-                successes.append(tr.reward); episodes += 1; steps += tr.length
+                decisions += r
+                advs.append(a)
+                tids += [g * cfg.group_size + i] * tr.length
+                successes.append(tr.reward)
+                episodes += 1
+                steps += tr.length
                 train_success[f"u{u}g{g}i{i}"] = tr.reward
         grad_steps += update(policy, decisions, np.concatenate(advs), cfg, tids)
-        history.append({"update": u + 1, "episodes": episodes, "env_steps": steps,
-                        "train_success": float(np.mean(successes))})
+        history.append(
+            {"update": u + 1, "episodes": episodes, "env_steps": steps, "train_success": float(np.mean(successes))}
+        )
     train_s = time.perf_counter() - t_start
-    return {"history": history, "eval_success": evaluate(env, policy, cfg.eval_episodes), "group_stats": stats,
-            "gae_minus_td_max": gae_td, "kept": kept, "n_states": len({key[0] for key in policy.rows}),
-            "credit_time_fraction": t_credit / train_s, "train_success": train_success, "init": init,
-            "grad_steps": grad_steps}
+    return {
+        "history": history,
+        "eval_success": evaluate(env, policy, cfg.eval_episodes),
+        "group_stats": stats,
+        "gae_minus_td_max": gae_td,
+        "kept": kept,
+        "n_states": len({key[0] for key in policy.rows}),
+        "credit_time_fraction": t_credit / train_s,
+        "train_success": train_success,
+        "init": init,
+        "grad_steps": grad_steps,
+    }
 
 
 def select_lr(env, base: TrainConfig, arms, lr_grid, validation_seeds) -> tuple[dict, list[dict]]:
@@ -256,17 +282,34 @@ def select_lr(env, base: TrainConfig, arms, lr_grid, validation_seeds) -> tuple[
     val = Split("validation", list(validation_seeds))
     chosen, rows = {}, []
     for arm in arms:
+
         def score(lr, split, arm=arm):
-            return float(np.mean([np.mean(list(train_arm(env, replace(base, method=arm, lr=lr), s)
-                                                   ["train_success"].values())) for s in split.data]))
+            return float(
+                np.mean(
+                    [
+                        np.mean(list(train_arm(env, replace(base, method=arm, lr=lr), s)["train_success"].values()))
+                        for s in split.data
+                    ]
+                )
+            )
+
         chosen[arm], scores = select_on_validation(grid, score, val, higher_is_better=True)
-        rows += [{"arm": arm, "lr": lr, "validation_train_success": v, "selected": lr == chosen[arm],
-                  "at_grid_edge": chosen[arm] in (grid[0], grid[-1])} for lr, v in scores.items()]
+        rows += [
+            {
+                "arm": arm,
+                "lr": lr,
+                "validation_train_success": v,
+                "selected": lr == chosen[arm],
+                "at_grid_edge": chosen[arm] in (grid[0], grid[-1]),
+            }
+            for lr, v in scores.items()
+        ]
     return chosen, rows
 
 
-def run_arms(env, base: TrainConfig, seed: int, arms=ARMS, *, lr_by_arm: dict | None = None,
-             progress: bool = True) -> dict:
+def run_arms(
+    env, base: TrainConfig, seed: int, arms=ARMS, *, lr_by_arm: dict | None = None, progress: bool = True
+) -> dict:
     """Every arm once at ``seed`` with the same samples and updates: ``{arm: train_arm(...)}``; ``lr_by_arm``
     overrides the learning rate per arm (as selected on validation seeds). Each run keeps the group of its middle
     update for a figure."""

@@ -76,8 +76,9 @@ def bellman_values(
         values[f] = r
     dist = sink_distances(graph)
     out = graph.out_edges()
-    order = np.asarray([u for u in np.argsort(dist, kind="stable")
-                        if dist[u] > 0 and u not in graph.sink_value], dtype=np.int64)
+    order = np.asarray(
+        [u for u in np.argsort(dist, kind="stable") if dist[u] > 0 and u not in graph.sink_value], dtype=np.int64
+    )
     # Per node: target nodes of its out-edge instances and their weights (they sum to 1).
     plan = []
     for u in order:
@@ -102,8 +103,9 @@ def bellman_values(
     return ValueResult(values=values, sweeps=sweeps, converged=converged, k_max=k_max, order=order, distance=dist)
 
 
-def bellman_residual(graph: TrajectoryGraph, result: ValueResult, *, gamma: float,
-                     value_weighting: str = "count") -> float:
+def bellman_residual(
+    graph: TrajectoryGraph, result: ValueResult, *, gamma: float, value_weighting: str = "count"
+) -> float:
     """max_u |V(u) - backup(u)| over the solved nodes (the fixed-point check of spec test 5)."""
     out = graph.out_edges()
     worst = 0.0

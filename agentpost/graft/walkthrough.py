@@ -44,11 +44,20 @@ def step_table(n_rollouts: int, gamma: float) -> pd.DataFrame:
     values = bellman_values(graph, gamma=gamma).values
     td0 = td0_advantages(graph, values, gamma=gamma)
     norm = node_normalise(graph, td0)
-    return pd.DataFrame({
-        "rollout": graph.traj + 1, "t": graph.t, "reward R": [group[i].reward for i in graph.traj],
-        "step": [f"{graph.labels[u]} -{a}-> {graph.labels[v]}" for u, a, v in zip(graph.src, graph.action, graph.dst)],
-        "V(s_t)": values[graph.src], "V(s_t+1)": values[graph.dst], "TD(0) A_t": td0, "normalised A": norm,
-    }).round(4)
+    return pd.DataFrame(
+        {
+            "rollout": graph.traj + 1,
+            "t": graph.t,
+            "reward R": [group[i].reward for i in graph.traj],
+            "step": [
+                f"{graph.labels[u]} -{a}-> {graph.labels[v]}" for u, a, v in zip(graph.src, graph.action, graph.dst)
+            ],
+            "V(s_t)": values[graph.src],
+            "V(s_t+1)": values[graph.dst],
+            "TD(0) A_t": td0,
+            "normalised A": norm,
+        }
+    ).round(4)
 
 
 def render(n_rollouts: int, gamma: float) -> list:

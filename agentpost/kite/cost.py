@@ -43,15 +43,16 @@ def saving(n_prefill: float, n_decode: float, n_baseline: float, prompt: int, ou
     return 1 - sst_request_flops(n_prefill, n_decode, prompt, output) / dense_request_flops(n_baseline, prompt, output)
 
 
-def implied_prefill_params(target_saving: float, n_total: float, n_baseline: float, prompt: int,
-                           output: int) -> float:
+def implied_prefill_params(target_saving: float, n_total: float, n_baseline: float, prompt: int, output: int) -> float:
     """The Prefiller size :math:`N_P` (with :math:`N_P+N_D=` ``n_total``) at which :func:`saving` equals
     ``target_saving`` (the SST cost is linear in :math:`N_P`, so this is exact)."""
     lo = saving(0.0, n_total, n_baseline, prompt, output)
     hi = saving(n_total, 0.0, n_baseline, prompt, output)
     if not min(lo, hi) <= target_saving <= max(lo, hi):
-        raise ValueError(f"saving {target_saving} is unreachable with N_P in [0, {n_total:g}] "
-                         f"(range {min(lo, hi):.3f}..{max(lo, hi):.3f})")
+        raise ValueError(
+            f"saving {target_saving} is unreachable with N_P in [0, {n_total:g}] "
+            f"(range {min(lo, hi):.3f}..{max(lo, hi):.3f})"
+        )
     return n_total * (target_saving - lo) / (hi - lo)
 
 

@@ -13,8 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from agentpost.record.outcomes import arm_facts, fingerprint
-from agentpost.kite.train import (ARMS, TrainSpec, article_chunks, article_ids, per_article_nll, token_stream,
-                                  train_arm)
+from agentpost.kite.train import ARMS, TrainSpec, article_chunks, article_ids, per_article_nll, token_stream, train_arm
 from agentpost.stats import Split, select_on_validation
 
 
@@ -39,20 +38,38 @@ class DiagnosticResult:
         out = {}
         for arm in self.test_nll:
             run = self.run_of(arm)
-            out[arm] = arm_facts(checkpoint=run["init"], data_version=self.data_version, updates=run["updates"],
-                                 max_new_tokens=None, selected_lr=run["lr"], train_flops=run["train_flops"])
+            out[arm] = arm_facts(
+                checkpoint=run["init"],
+                data_version=self.data_version,
+                updates=run["updates"],
+                max_new_tokens=None,
+                selected_lr=run["lr"],
+                train_flops=run["train_flops"],
+            )
         return out
 
     def summary_table(self):
         """Mean test NLL over the test articles per arm at this seed, with the selected rate."""
         import pandas as pd
 
-        return pd.DataFrame([{"arm": a, "selected_lr": self.selected_lr[a], "test_nll_nats": float(v.mean())}
-                             for a, v in self.test_nll.items()])
+        return pd.DataFrame(
+            [
+                {"arm": a, "selected_lr": self.selected_lr[a], "test_nll_nats": float(v.mean())}
+                for a, v in self.test_nll.items()
+            ]
+        )
 
 
-def run_diagnostic(*, seed: int, lr_grid: list[float], spec: TrainSpec, model_kwargs: dict,
-                   train_chars: int | None, eval_chunks: int, arms: tuple[str, ...] = ARMS) -> DiagnosticResult:
+def run_diagnostic(
+    *,
+    seed: int,
+    lr_grid: list[float],
+    spec: TrainSpec,
+    model_kwargs: dict,
+    train_chars: int | None,
+    eval_chunks: int,
+    arms: tuple[str, ...] = ARMS,
+) -> DiagnosticResult:
     """Train every arm once per rate of ``lr_grid`` at ``seed``, pick each arm's rate on validation NLL, score the
     selected model on the test articles."""
     if not lr_grid:
@@ -75,11 +92,15 @@ def run_diagnostic(*, seed: int, lr_grid: list[float], spec: TrainSpec, model_kw
     selected, val_scores, test_nll = {}, {}, {}
     for arm in arms:
         best, scores = select_on_validation(
-            lr_grid, lambda lr, split: float(per_article_nll(trained(arm, lr), *split.data).mean()),
-            validation, higher_is_better=False)
+            lr_grid,
+            lambda lr, split: float(per_article_nll(trained(arm, lr), *split.data).mean()),
+            validation,
+            higher_is_better=False,
+        )
         selected[arm], val_scores[arm] = best, scores
         test_nll[arm] = per_article_nll(trained(arm, best), *test)
         for key in [k for k in models if k[0] == arm]:
             del models[key]
-    return DiagnosticResult(seed, selected, val_scores, test_nll, article_ids(test[1]),
-                            fingerprint(stream, *validation.data, *test), runs)
+    return DiagnosticResult(
+        seed, selected, val_scores, test_nll, article_ids(test[1]), fingerprint(stream, *validation.data, *test), runs
+    )

@@ -46,8 +46,9 @@ def _split(cfg: ModelConfig | SSTConfig) -> tuple[ModelConfig, int, int]:
     raise TypeError(f"expected a ModelConfig or SSTConfig, got {type(cfg).__name__}")
 
 
-def prefill_flops(cfg: ModelConfig | SSTConfig, prompt: int, *, attention: str = "causal",
-                  last_only: bool = True) -> int:
+def prefill_flops(
+    cfg: ModelConfig | SSTConfig, prompt: int, *, attention: str = "causal", last_only: bool = True
+) -> int:
     """FLOPs to prefill ``prompt`` tokens. KV-writing layers run on every token; the Decoder (SST) and the head run
     at the last position only when ``last_only`` (else at every position, as in a training forward)."""
     if prompt < 1:
@@ -74,8 +75,11 @@ def decode_flops(cfg: ModelConfig | SSTConfig, context: int) -> int:
         raise ValueError(f"context must be >= 0, got {context}")
     p, n_dec, d_ff_dec = _split(cfg)
     d, keys = p.d_model, context + 1
-    return (p.n_layers * (prefiller_layer_flops(d, p.d_ff) + 4 * d * keys)
-            + n_dec * (decoder_layer_flops(d, d_ff_dec) + 4 * d * keys) + 2 * d * p.vocab_size)
+    return (
+        p.n_layers * (prefiller_layer_flops(d, p.d_ff) + 4 * d * keys)
+        + n_dec * (decoder_layer_flops(d, d_ff_dec) + 4 * d * keys)
+        + 2 * d * p.vocab_size
+    )
 
 
 def training_flops_per_sequence(cfg: ModelConfig | SSTConfig, seq_len: int) -> int:
@@ -102,8 +106,10 @@ def match_budget(budget: float, flops_per_sequence: float, n_updates: int, *, to
     sizes differ by at most one). Raises when the budget cannot be met within ``tol`` (too few sequences).
     """
     if budget <= 0 or flops_per_sequence <= 0 or n_updates < 1:
-        raise ValueError(f"match_budget needs a positive budget, cost and update count; got {budget}, "
-                         f"{flops_per_sequence}, {n_updates}")
+        raise ValueError(
+            f"match_budget needs a positive budget, cost and update count; got {budget}, "
+            f"{flops_per_sequence}, {n_updates}"
+        )
     total = round(budget / flops_per_sequence)
     if total < n_updates:
         raise ValueError(f"budget {budget:.3g} buys {total} sequences, fewer than the {n_updates} updates")

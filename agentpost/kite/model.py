@@ -109,11 +109,21 @@ class KVCache:
     length: int = 0
 
     @classmethod
-    def empty(cls, n_layers: int, batch: int, n_heads: int, head_dim: int, capacity: int,
-              dtype: torch.dtype = torch.float32, device: torch.device | str = "cpu") -> "KVCache":
+    def empty(
+        cls,
+        n_layers: int,
+        batch: int,
+        n_heads: int,
+        head_dim: int,
+        capacity: int,
+        dtype: torch.dtype = torch.float32,
+        device: torch.device | str = "cpu",
+    ) -> "KVCache":
         shape = (batch, n_heads, capacity, head_dim)
-        return cls([torch.zeros(shape, dtype=dtype, device=device) for _ in range(n_layers)],
-                   [torch.zeros(shape, dtype=dtype, device=device) for _ in range(n_layers)])
+        return cls(
+            [torch.zeros(shape, dtype=dtype, device=device) for _ in range(n_layers)],
+            [torch.zeros(shape, dtype=dtype, device=device) for _ in range(n_layers)],
+        )
 
     @property
     def n_layers(self) -> int:
@@ -131,12 +141,12 @@ class KVCache:
             pad = lambda x: torch.cat([x, x.new_zeros(x.shape[:2] + (grow, x.shape[3]))], dim=2)  # noqa: E731
             self.keys = [pad(x) for x in self.keys]
             self.values = [pad(x) for x in self.values]
-        self.keys[layer][:, :, self.length:end] = k
-        self.values[layer][:, :, self.length:end] = v
+        self.keys[layer][:, :, self.length : end] = k
+        self.values[layer][:, :, self.length : end] = v
         return self.keys[layer][:, :, :end], self.values[layer][:, :, :end]
 
     def read(self, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.keys[layer][:, :, :self.length], self.values[layer][:, :, :self.length]
+        return self.keys[layer][:, :, : self.length], self.values[layer][:, :, : self.length]
 
     def advance(self, t: int) -> None:
         self.length += t
@@ -161,7 +171,9 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_pos0: int, impl:
     """Causal attention of queries at positions ``q_pos0..q_pos0+tq`` over keys at ``0..tk``."""
     tq, tk = q.shape[2], k.shape[2]
     if q_pos0 + tq != tk:
-        raise ValueError(f"queries end at {q_pos0 + tq} but {tk} keys are visible; the last query must see the last key")
+        raise ValueError(
+            f"queries end at {q_pos0 + tq} but {tk} keys are visible; the last query must see the last key"
+        )
     if impl == "sdpa":
         if tq == 1:
             return F.scaled_dot_product_attention(q, k, v)
@@ -321,8 +333,9 @@ class SSTLM(nn.Module):
         kv = [cache.read(i) for i in range(cache.n_layers)]
         return self.run_decoder(self.decoder_input(emb, pre), 0, kv)
 
-    def prefill(self, tokens: torch.Tensor, capacity: int | None = None,
-                last_only: bool = True) -> tuple[torch.Tensor, KVCache]:
+    def prefill(
+        self, tokens: torch.Tensor, capacity: int | None = None, last_only: bool = True
+    ) -> tuple[torch.Tensor, KVCache]:
         """Prefiller over all prompt tokens (writes KV); Decoder at the last position only (``last_only``)."""
         cache = self.prefiller.new_cache(tokens.shape[0], capacity or tokens.shape[1], self.prefiller.embed.weight)
         emb, pre = self.prefiller.body(tokens, cache)
@@ -351,15 +364,31 @@ def _check_tokens(tokens: torch.Tensor, vocab_size: int) -> None:
         raise ValueError(f"token ids must lie in [0, {vocab_size}), got [{int(tokens.min())}, {int(tokens.max())}]")
 
 
-def build(kind: str, *, vocab_size: int = 4096, d_model: int = 64, n_heads: int = 4, n_prefill: int = 2,
-          n_decode: int = 2, d_ff: int = 256, d_ff_decode: int | None = None, attention: str = "sdpa",
-          **sst_kwargs) -> nn.Module:
+def build(
+    kind: str,
+    *,
+    vocab_size: int = 4096,
+    d_model: int = 64,
+    n_heads: int = 4,
+    n_prefill: int = 2,
+    n_decode: int = 2,
+    d_ff: int = 256,
+    d_ff_decode: int | None = None,
+    attention: str = "sdpa",
+    **sst_kwargs,
+) -> nn.Module:
     """The three arms of the diagnostic by name: ``sst`` (n_prefill + n_decode), ``dense_flops`` (dense with the
     SST's total depth: matched FLOPs), ``dense_kv`` (dense with the Prefiller's depth: matched KV size)."""
     base = dict(vocab_size=vocab_size, d_model=d_model, n_heads=n_heads, d_ff=d_ff, attention=attention)
     if kind == "sst":
-        return SSTLM(SSTConfig(ModelConfig(n_layers=n_prefill, **base), n_decode_layers=n_decode,
-                               d_ff_decode=d_ff if d_ff_decode is None else d_ff_decode, **sst_kwargs))
+        return SSTLM(
+            SSTConfig(
+                ModelConfig(n_layers=n_prefill, **base),
+                n_decode_layers=n_decode,
+                d_ff_decode=d_ff if d_ff_decode is None else d_ff_decode,
+                **sst_kwargs,
+            )
+        )
     if sst_kwargs:
         raise ValueError(f"options {sorted(sst_kwargs)} only apply to kind='sst'")
     if kind == "dense_flops":

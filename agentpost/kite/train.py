@@ -78,7 +78,7 @@ def article_chunks(split: str, seq_len: int, chunks_per_article: int) -> tuple[t
         ids = tok(text)["input_ids"]
         n = min(chunks_per_article, (len(ids) - 1) // seq_len)
         for c in range(n):
-            windows.append(ids[c * seq_len: c * seq_len + seq_len + 1])
+            windows.append(ids[c * seq_len : c * seq_len + seq_len + 1])
             owner.append(i)
     if not windows:
         raise ValueError(f"no {split} article has {seq_len + 1} tokens")
@@ -90,12 +90,17 @@ def sample_windows(stream: torch.Tensor, n: int, seq_len: int, gen: torch.Genera
     if stream.numel() <= seq_len + 1:
         raise ValueError(f"the training stream ({stream.numel()} tokens) is shorter than a window ({seq_len + 1})")
     starts = torch.randint(0, stream.numel() - seq_len - 1, (n,), generator=gen)
-    return torch.stack([stream[s: s + seq_len + 1] for s in starts.tolist()])
+    return torch.stack([stream[s : s + seq_len + 1] for s in starts.tolist()])
 
 
-
-def fit(model: torch.nn.Module, stream: torch.Tensor, batch_sizes: list[int], lr: float, spec: TrainSpec,
-        gen: torch.Generator) -> list[float]:
+def fit(
+    model: torch.nn.Module,
+    stream: torch.Tensor,
+    batch_sizes: list[int],
+    lr: float,
+    spec: TrainSpec,
+    gen: torch.Generator,
+) -> list[float]:
     """One stage: AdamW (fresh) over ``len(batch_sizes)`` updates; returns the training loss per update."""
     opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=spec.weight_decay)
     model.train()
@@ -117,12 +122,15 @@ def fit(model: torch.nn.Module, stream: torch.Tensor, batch_sizes: list[int], lr
 
 def sst_budget(model: SSTLM, spec: TrainSpec) -> float:
     """Training FLOPs of the two-stage SST schedule: stage 1 at the Prefiller's cost, stage 2 at the SST's."""
-    return spec.batch_size * (spec.stage1_updates * training_flops_per_sequence(model.cfg.prefiller, spec.seq_len)
-                              + spec.stage2_updates * training_flops_per_sequence(model.cfg, spec.seq_len))
+    return spec.batch_size * (
+        spec.stage1_updates * training_flops_per_sequence(model.cfg.prefiller, spec.seq_len)
+        + spec.stage2_updates * training_flops_per_sequence(model.cfg, spec.seq_len)
+    )
 
 
-def train_arm(kind: str, stream: torch.Tensor, spec: TrainSpec, lr: float, seed: int,
-              **model_kwargs) -> tuple[torch.nn.Module, dict]:
+def train_arm(
+    kind: str, stream: torch.Tensor, spec: TrainSpec, lr: float, seed: int, **model_kwargs
+) -> tuple[torch.nn.Module, dict]:
     """Train one arm (``sst``, ``dense_flops`` or ``dense_kv``) at the SST's training budget; returns (model, info).
 
     ``seed`` sets the initialisation and the stream of training windows (the same windows, in the same order,
@@ -154,23 +162,31 @@ def train_arm(kind: str, stream: torch.Tensor, spec: TrainSpec, lr: float, seed:
         sizes = match_budget(budget, per_seq, spec.updates)
         losses = fit(model, stream, sizes, lr, spec, gen)
         spent = sum(sizes) * per_seq
-    info = {"arm": kind, "lr": lr, "seed": seed, "init": init, "updates": len(losses), "sequences": sum(sizes),
-            "train_flops": float(spent), "budget_error": relative_budget_error(budget, spent / sum(sizes), sizes),
-            "final_train_loss": float(np.mean(losses[-10:])), "params": sum(p.numel() for p in model.parameters()),
-            "spec": asdict(spec)}
+    info = {
+        "arm": kind,
+        "lr": lr,
+        "seed": seed,
+        "init": init,
+        "updates": len(losses),
+        "sequences": sum(sizes),
+        "train_flops": float(spent),
+        "budget_error": relative_budget_error(budget, spent / sum(sizes), sizes),
+        "final_train_loss": float(np.mean(losses[-10:])),
+        "params": sum(p.numel() for p in model.parameters()),
+        "spec": asdict(spec),
+    }
     return model, info
 
 
 @torch.no_grad()
-def per_article_nll(model: torch.nn.Module, windows: torch.Tensor, owner: torch.Tensor,
-                    batch: int = 64) -> np.ndarray:
+def per_article_nll(model: torch.nn.Module, windows: torch.Tensor, owner: torch.Tensor, batch: int = 64) -> np.ndarray:
     """Mean next-token NLL (nats/token) per article over its windows (items of the paired comparison), in the
     order of ``torch.unique(owner)`` (the article indices: :func:`article_ids`)."""
     model.eval()
     device = next(model.parameters()).device
     per_window = []
     for i in range(0, windows.shape[0], batch):
-        w = windows[i: i + batch].to(device)
+        w = windows[i : i + batch].to(device)
         logits = model(w[:, :-1])
         nll = F.cross_entropy(logits.transpose(1, 2), w[:, 1:], reduction="none").mean(dim=1)
         per_window.append(nll)

@@ -29,12 +29,27 @@ TRAIN_COMMAND = "python -m agentpost.madrl.annotation_lm"
 PROMPT_CHARS = 32
 #: Architecture of the committed checkpoint (overrides of :data:`agentpost.models.arith_lm.ARCH`): a smaller
 #: Qwen3 (3 layers, hidden 64, GQA 4 query / 2 KV heads) so that the smoke profile's RL runs fit 2 shared cores.
-ARCH = dict(hidden_size=64, intermediate_size=192, num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2,
-            head_dim=16)
+ARCH = dict(
+    hidden_size=64,
+    intermediate_size=192,
+    num_hidden_layers=3,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=16,
+)
 
 
-def train(out_dir: Path | None, *, steps: int, batch: int, lr: float, seed: int, threads: int = 1,
-          arch: dict | None = None, device: str = "cpu") -> tuple[object, object, dict]:
+def train(
+    out_dir: Path | None,
+    *,
+    steps: int,
+    batch: int,
+    lr: float,
+    seed: int,
+    threads: int = 1,
+    arch: dict | None = None,
+    device: str = "cpu",
+) -> tuple[object, object, dict]:
     """Pretrain (AdamW, warmup-cosine, clip 1.0) a Qwen3 of :data:`ARCH` (or ``arch``), evaluate the completion NLL on GSM8K test, save to ``out_dir``
     (unless None) with ``receipt.json``; returns (model, tokenizer, receipt)."""
     from tqdm.auto import tqdm
@@ -81,17 +96,35 @@ def train(out_dir: Path | None, *, steps: int, batch: int, lr: float, seed: int,
             nll[name] = round(float(target_nll(model, ids.to(device), attn.to(device), tmask.to(device))), 4)
     receipt = {
         "artifact": "gsm8k-annotation-lm: Qwen3-architecture causal LM (GQA), character-level tokenizer, trained "
-                    "from scratch on GSM8K question tail -> first calculator annotation",
+        "from scratch on GSM8K question tail -> first calculator annotation",
         "script": "agentpost/madrl/annotation_lm.py",
         "command": TRAIN_COMMAND + f" --steps {steps} --batch {batch} --lr {lr} --seed {seed}",
-        "format": {"prompt": prompt_text(rl_train[0].question, PROMPT_CHARS), "target": rl_train[0].first_annotation,
-                   "end_of_response": "<eos>"},
-        "splits": {"train (GSM8K train minus validation)": len(rl_train), "validation (held out)": len(validation),
-                   "test (GSM8K test)": len(test)},
-        "steps": steps, "batch": batch, "lr": lr, "seed": seed,
-        "architecture": {k: getattr(cfg, k) for k in ("vocab_size", "hidden_size", "intermediate_size",
-                                                        "num_hidden_layers", "num_attention_heads",
-                                                        "num_key_value_heads", "head_dim")},
+        "format": {
+            "prompt": prompt_text(rl_train[0].question, PROMPT_CHARS),
+            "target": rl_train[0].first_annotation,
+            "end_of_response": "<eos>",
+        },
+        "splits": {
+            "train (GSM8K train minus validation)": len(rl_train),
+            "validation (held out)": len(validation),
+            "test (GSM8K test)": len(test),
+        },
+        "steps": steps,
+        "batch": batch,
+        "lr": lr,
+        "seed": seed,
+        "architecture": {
+            k: getattr(cfg, k)
+            for k in (
+                "vocab_size",
+                "hidden_size",
+                "intermediate_size",
+                "num_hidden_layers",
+                "num_attention_heads",
+                "num_key_value_heads",
+                "head_dim",
+            )
+        },
         "parameters": sum(p.numel() for p in model.parameters()),
         "final_train_loss": round(float(np.mean(losses[-50:])), 4),
         "completion_nll_nats_per_token": nll,
@@ -125,8 +158,9 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=1)
     args = ap.parse_args()
-    _, _, receipt = train(args.out, steps=args.steps, batch=args.batch, lr=args.lr, seed=args.seed,
-                          threads=args.threads)
+    _, _, receipt = train(
+        args.out, steps=args.steps, batch=args.batch, lr=args.lr, seed=args.seed, threads=args.threads
+    )
     print(json.dumps(receipt, indent=2))
 
 

@@ -29,9 +29,16 @@ def jsd(p: torch.Tensor, q: torch.Tensor) -> float:
     return float(divergence(torch.as_tensor(p, dtype=torch.float64), torch.as_tensor(q, dtype=torch.float64), "jsd"))
 
 
-def expected_category_reward(arm: str, pi: torch.Tensor, p_star: torch.Tensor, q_correct: torch.Tensor, *,
-                             task_reward_weight: float = 1.0, mixture_divergence: str = "jsd",
-                             form: str = "table") -> torch.Tensor:
+def expected_category_reward(
+    arm: str,
+    pi: torch.Tensor,
+    p_star: torch.Tensor,
+    q_correct: torch.Tensor,
+    *,
+    task_reward_weight: float = 1.0,
+    mixture_divergence: str = "jsd",
+    form: str = "table",
+) -> torch.Tensor:
     """r(c) for every action c with p_hat = pi exactly; ``correctness`` uses the expected reward q_c = P(correct | c)."""
     if arm == "correctness":
         return q_correct
@@ -69,8 +76,19 @@ class BanditRun:
         return int(hit[0]) if hit.size else None
 
 
-def train_exact(arm: str, target, init_logits, *, steps: int, lr: float, q_correct=None, normalise: str = "zscore",
-                target_smoothing: float = 1e-6, threshold: float = 0.01, **reward_kw) -> BanditRun:
+def train_exact(
+    arm: str,
+    target,
+    init_logits,
+    *,
+    steps: int,
+    lr: float,
+    q_correct=None,
+    normalise: str = "zscore",
+    target_smoothing: float = 1e-6,
+    threshold: float = 0.01,
+    **reward_kw,
+) -> BanditRun:
     """Exact policy-gradient ascent theta <- theta + lr * g (deterministic; no sampling)."""
     p_raw = as_distribution(target, "target")
     p_star = smooth_target(p_raw, target_smoothing)
@@ -87,17 +105,37 @@ def train_exact(arm: str, target, init_logits, *, steps: int, lr: float, q_corre
     return BanditRun(pi.numpy(), np.array([jsd(p, p_raw) for p in pi]), threshold)
 
 
-def train_sampled(arm: str, target, init_logits, *, steps: int, group_size: int, groups_per_step: int, lr: float,
-                  seed: int, q_correct=None, ppo_epochs: int = 1, clip_eps: float = 0.2, eps: float = 1e-6,
-                  target_smoothing: float = 1e-6, invalid_policy: str = "denominator", threshold: float = 0.01,
-                  task_reward_weight: float = 1.0, mixture_divergence: str = "jsd") -> BanditRun:
+def train_sampled(
+    arm: str,
+    target,
+    init_logits,
+    *,
+    steps: int,
+    group_size: int,
+    groups_per_step: int,
+    lr: float,
+    seed: int,
+    q_correct=None,
+    ppo_epochs: int = 1,
+    clip_eps: float = 0.2,
+    eps: float = 1e-6,
+    target_smoothing: float = 1e-6,
+    invalid_policy: str = "denominator",
+    threshold: float = 0.01,
+    task_reward_weight: float = 1.0,
+    mixture_divergence: str = "jsd",
+) -> BanditRun:
     """Sampled GRPO on the bandit: per step ``groups_per_step`` groups of ``group_size`` actions, z-scored
     advantages per group (agentpost.rl.group_advantage), clipped objective (agentpost.rl.clipped_policy_loss,
     token_mean), plain SGD with step ``lr``. ``q_correct[c]`` is P(correct | c) for the task reward."""
     p_raw = as_distribution(target, "target")
     gen = torch.Generator().manual_seed(seed)
     theta = torch.as_tensor(init_logits, dtype=torch.float64).clone().requires_grad_(True)
-    q = torch.zeros(p_raw.numel(), dtype=torch.float64) if q_correct is None else torch.as_tensor(q_correct, dtype=torch.float64)
+    q = (
+        torch.zeros(p_raw.numel(), dtype=torch.float64)
+        if q_correct is None
+        else torch.as_tensor(q_correct, dtype=torch.float64)
+    )
     opt = torch.optim.SGD([theta], lr=lr)
     n = group_size * groups_per_step
     gids = torch.arange(groups_per_step).repeat_interleave(group_size)
@@ -107,16 +145,36 @@ def train_sampled(arm: str, target, init_logits, *, steps: int, group_size: int,
             logp_all_old = torch.log_softmax(theta, -1)
             actions = torch.multinomial(logp_all_old.exp(), n, replacement=True, generator=gen)
             correct = torch.bernoulli(q[actions], generator=gen)
-            rewards = arm_rewards(arm, actions, correct, gids, p_raw, eps=eps, target_smoothing=target_smoothing,
-                                  invalid_policy=invalid_policy, task_reward_weight=task_reward_weight,
-                                  mixture_divergence=mixture_divergence)
+            rewards = arm_rewards(
+                arm,
+                actions,
+                correct,
+                gids,
+                p_raw,
+                eps=eps,
+                target_smoothing=target_smoothing,
+                invalid_policy=invalid_policy,
+                task_reward_weight=task_reward_weight,
+                mixture_divergence=mixture_divergence,
+            )
             adv = group_advantage(rewards, gids)[:, None]
             logp_old = logp_all_old[actions][:, None]
         mask = torch.ones(n, 1, dtype=torch.float64)
         for _ in range(ppo_epochs):
             logp = torch.log_softmax(theta, -1)[actions][:, None]
-            loss, _ = clipped_policy_loss(logp, logp_old, None, adv, mask, eps_low=clip_eps, eps_high=clip_eps,
-                                          dual_clip_c=None, kl_coef=0.0, kl_kind="k3", agg_mode="token_mean")
+            loss, _ = clipped_policy_loss(
+                logp,
+                logp_old,
+                None,
+                adv,
+                mask,
+                eps_low=clip_eps,
+                eps_high=clip_eps,
+                dual_clip_c=None,
+                kl_coef=0.0,
+                kl_kind="k3",
+                agg_mode="token_mean",
+            )
             opt.zero_grad()
             loss.backward()
             opt.step()

@@ -95,7 +95,7 @@ def prompt_ids(prompts: list[str], prompt_chars: int) -> torch.Tensor:
     """[n, prompt_chars + 1] ids: each prompt (already ending in a newline) left-padded with ``<pad>``."""
     rows = []
     for p in prompts:
-        ids = encode(p)[-(prompt_chars + 1):]
+        ids = encode(p)[-(prompt_chars + 1) :]
         rows.append([PAD] * (prompt_chars + 1 - len(ids)) + ids)
     return torch.tensor(rows, dtype=torch.int64)
 
@@ -108,7 +108,7 @@ def _batches(problems, config: GRUConfig, batch_size: int, gen: torch.Generator)
     comp = torch.full((len(problems), width), PAD, dtype=torch.int64)
     for i, p in enumerate(problems):
         ids = (encode(p.first_annotation) + [EOS])[:width]
-        comp[i, :len(ids)] = torch.tensor(ids)
+        comp[i, : len(ids)] = torch.tensor(ids)
     while True:
         idx = torch.randperm(len(problems), generator=gen)[:batch_size]
         yield torch.cat([prompts[idx], comp[idx]], 1), prompts.shape[1]
@@ -119,13 +119,21 @@ def completion_nll(model: CharGRU, seq: torch.Tensor, n_prompt: int) -> torch.Te
     logits, _ = model(seq[:, :-1])
     target = seq[:, 1:]
     mask = torch.zeros_like(target, dtype=torch.bool)
-    mask[:, n_prompt - 1:] = target[:, n_prompt - 1:] != PAD
+    mask[:, n_prompt - 1 :] = target[:, n_prompt - 1 :] != PAD
     nll = nn.functional.cross_entropy(logits.transpose(1, 2), target, reduction="none")
     return (nll * mask).sum() / mask.sum()
 
 
-def pretrain(config: GRUConfig, *, steps: int, batch_size: int, lr: float, seed: int,
-             out_dir: Path | None, command: str = TRAIN_COMMAND) -> tuple[CharGRU, dict]:
+def pretrain(
+    config: GRUConfig,
+    *,
+    steps: int,
+    batch_size: int,
+    lr: float,
+    seed: int,
+    out_dir: Path | None,
+    command: str = TRAIN_COMMAND,
+) -> tuple[CharGRU, dict]:
     """Next-character pretraining on GSM8K train first annotations (AdamW, warmup-cosine, clip 1.0); returns the
     model and its receipt, and writes both to ``out_dir`` unless it is None."""
     from tqdm.auto import tqdm
@@ -161,9 +169,14 @@ def pretrain(config: GRUConfig, *, steps: int, batch_size: int, lr: float, seed:
         "script": "agentpost/madrl/gru.py",
         "command": command,
         "config": asdict(config),
-        "steps": steps, "batch_size": batch_size, "lr": lr, "seed": seed,
+        "steps": steps,
+        "batch_size": batch_size,
+        "lr": lr,
+        "seed": seed,
         "parameters": sum(p.numel() for p in model.parameters()),
-        "train_examples": len(train), "validation_examples_excluded": len(_validation), "test_examples": len(test),
+        "train_examples": len(train),
+        "validation_examples_excluded": len(_validation),
+        "test_examples": len(test),
         "test_completion_nll_nats_per_char": round(test_nll, 4),
         "data": {k: sha256_file(v) for k, v in files_read().items()},
         "wall_s": round(time.time() - start, 1),
@@ -185,9 +198,15 @@ def main() -> None:
     ap.add_argument("--lr", type=float, default=5e-3)
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
-    _, receipt = pretrain(GRUConfig(hidden=args.hidden, layers=args.layers), steps=args.steps,
-                       batch_size=args.batch_size, lr=args.lr, seed=args.seed, out_dir=args.out,
-                       command=" ".join([TRAIN_COMMAND, *sys.argv[1:]]))
+    _, receipt = pretrain(
+        GRUConfig(hidden=args.hidden, layers=args.layers),
+        steps=args.steps,
+        batch_size=args.batch_size,
+        lr=args.lr,
+        seed=args.seed,
+        out_dir=args.out,
+        command=" ".join([TRAIN_COMMAND, *sys.argv[1:]]),
+    )
     print(json.dumps(receipt, indent=2))
 
 

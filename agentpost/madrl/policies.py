@@ -57,7 +57,7 @@ class GRUPolicy:
     def logp(self, ids: torch.Tensor, mask: torch.Tensor, comp: torch.Tensor) -> torch.Tensor:
         full = torch.cat([ids.to(self.device), comp], -1)
         logits, _ = self.model(full[..., :-1])
-        logits = logits[..., ids.shape[-1] - 1:, :]
+        logits = logits[..., ids.shape[-1] - 1 :, :]
         return torch.log_softmax(logits.float(), -1).gather(-1, comp[..., None])[..., 0]
 
     def decode(self, ids) -> str:
@@ -73,8 +73,9 @@ class HFPolicy:
     """``copies`` deep copies of a Hugging Face causal LM ``model`` with ``tokenizer``; ``prompt_fn(problem)``
     gives a problem's prompt text. A row stops at any of the model's end-of-sequence ids."""
 
-    def __init__(self, model, tokenizer, copies: int, prompt_fn: Callable[[Problem], str],
-                 device: str | torch.device = "cpu"):
+    def __init__(
+        self, model, tokenizer, copies: int, prompt_fn: Callable[[Problem], str], device: str | torch.device = "cpu"
+    ):
         self.device = torch.device(device)
         self.models = nn.ModuleList([copy.deepcopy(model) for _ in range(copies)]).to(self.device)
         self.models.eval()  # no dropout in sampling or in the update (gradients flow in eval mode too)
@@ -91,8 +92,9 @@ class HFPolicy:
 
     def encode(self, problems: list[Problem]) -> tuple[torch.Tensor, torch.Tensor]:
         self.tokenizer.padding_side = "left"
-        enc = self.tokenizer([self.prompt_fn(p) for p in problems], return_tensors="pt", padding=True,
-                             add_special_tokens=False)
+        enc = self.tokenizer(
+            [self.prompt_fn(p) for p in problems], return_tensors="pt", padding=True, add_special_tokens=False
+        )
         return enc.input_ids, enc.attention_mask
 
     def start(self, ids: torch.Tensor, mask: torch.Tensor):
@@ -111,8 +113,14 @@ class HFPolicy:
         last = last + 1
         logits = []
         for a, m in enumerate(self.models):
-            out = m(input_ids=tok[a, :, None], attention_mask=mask[a], position_ids=last[a, :, None],
-                    cache=caches[a], use_cache=True, logits_to_keep=1)
+            out = m(
+                input_ids=tok[a, :, None],
+                attention_mask=mask[a],
+                position_ids=last[a, :, None],
+                cache=caches[a],
+                use_cache=True,
+                logits_to_keep=1,
+            )
             logits.append(out.logits[:, -1])
             caches[a] = out.cache
         return torch.stack(logits), (caches, mask, last)
@@ -127,8 +135,10 @@ class HFPolicy:
         pos = _positions(full_mask)
         out = []
         for a, m in enumerate(self.models):
-            logits = m(input_ids=full[a, :, :-1], attention_mask=full_mask[a, :, :-1], position_ids=pos[a, :, :-1]).logits
-            logits = logits[:, ids.shape[-1] - 1:]
+            logits = m(
+                input_ids=full[a, :, :-1], attention_mask=full_mask[a, :, :-1], position_ids=pos[a, :, :-1]
+            ).logits
+            logits = logits[:, ids.shape[-1] - 1 :]
             out.append(torch.log_softmax(logits.float(), -1).gather(-1, comp[a, ..., None])[..., 0])
         return torch.stack(out)
 
@@ -140,18 +150,23 @@ class HFPolicy:
 
 
 #: The instruction of the hub-model prompt (a100-hub): the same task, asked in words.
-HUB_INSTRUCTION = ("Write only the first calculation of the solution to this problem, as a calculator annotation "
-                   "<<expression=result>>, for example <<48/2=24>>.")
+HUB_INSTRUCTION = (
+    "Write only the first calculation of the solution to this problem, as a calculator annotation "
+    "<<expression=result>>, for example <<48/2=24>>."
+)
 
 
 def chat_prompt_fn(tokenizer) -> Callable[[Problem], str]:
     """Prompt of an instruction-tuned hub model: :data:`HUB_INSTRUCTION` and the whole question as one user turn
     through the tokenizer's chat template (Qwen3: thinking off); a tokenizer without a template gets the same text
     and a newline."""
+
     def prompt(p: Problem) -> str:
         text = f"{HUB_INSTRUCTION}\n\n{' '.join(p.question.split())}"
         if getattr(tokenizer, "chat_template", None):
-            return tokenizer.apply_chat_template([{"role": "user", "content": text}], tokenize=False,
-                                                 add_generation_prompt=True, enable_thinking=False)
+            return tokenizer.apply_chat_template(
+                [{"role": "user", "content": text}], tokenize=False, add_generation_prompt=True, enable_thinking=False
+            )
         return text + "\n"
+
     return prompt

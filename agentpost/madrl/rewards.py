@@ -91,8 +91,9 @@ def category_reward(p_hat: torch.Tensor, p_star: torch.Tensor, name: str, *, for
     return kappa * g + b
 
 
-def empirical_distribution(categories: torch.Tensor, n_categories: int, *, eps: float,
-                           invalid_policy: str = "denominator") -> torch.Tensor:
+def empirical_distribution(
+    categories: torch.Tensor, n_categories: int, *, eps: float, invalid_policy: str = "denominator"
+) -> torch.Tensor:
     """p_hat(c) = #{i: c_i = c} / n over one group, clamped below at ``eps``.
 
     ``invalid_policy``: ``denominator`` counts invalid samples (c_i = -1) in n = G (spec default); ``exclude``
@@ -136,7 +137,9 @@ def matching_rewards(
     c = torch.as_tensor(categories, dtype=torch.int64)
     g = torch.as_tensor(group_ids)
     if c.shape != g.shape or c.ndim != 1:
-        raise ValueError(f"categories and group_ids must be 1-D of equal length, got {tuple(c.shape)}, {tuple(g.shape)}")
+        raise ValueError(
+            f"categories and group_ids must be 1-D of equal length, got {tuple(c.shape)}, {tuple(g.shape)}"
+        )
     out = torch.full(c.shape, float(invalid_reward), dtype=torch.float64)
     scopes = [torch.ones_like(c, dtype=torch.bool)] if phat_scope == "batch" else [g == gid for gid in torch.unique(g)]
     for sel in scopes:
@@ -183,11 +186,15 @@ def arm_rewards(
             raise ValueError(f"sequence_logp has shape {tuple(lp.shape)}, correct has {tuple(corr.shape)}")
         return corr - entropy_coef * lp
     if arm == "mixture":
-        return matching_rewards(categories, group_ids, target, mixture_divergence, **matching_kw) + task_reward_weight * corr
+        return (
+            matching_rewards(categories, group_ids, target, mixture_divergence, **matching_kw)
+            + task_reward_weight * corr
+        )
     if arm in DIVERGENCES:
         return matching_rewards(categories, group_ids, target, arm, **matching_kw)
-    raise ValueError(f"unknown arm {arm!r}; choose correctness, mixture, {', '.join(KNOB_ARMS)} or one of "
-                     f"{', '.join(DIVERGENCES)}")
+    raise ValueError(
+        f"unknown arm {arm!r}; choose correctness, mixture, {', '.join(KNOB_ARMS)} or one of {', '.join(DIVERGENCES)}"
+    )
 
 
 ARMS = ("correctness",) + DIVERGENCES + ("mixture",)

@@ -36,7 +36,7 @@ class StackedGRU(nn.Module):
     def forward(self, ids: torch.Tensor, h: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """ids [A, B, T] -> logits [A, B, T, V] and the last hidden state [A, B, H]."""
         a, b, t = ids.shape
-        x = self.embed[torch.arange(a, device=ids.device)[:, None, None], ids]                         # [A, B, T, E]
+        x = self.embed[torch.arange(a, device=ids.device)[:, None, None], ids]  # [A, B, T, E]
         gi = torch.baddbmm(self.b_ih[:, None], x.reshape(a, b * t, -1), self.w_ih.transpose(1, 2)).view(a, b, t, -1)
         if h is None:
             h = torch.zeros(a, b, self.w_hh.shape[-1], dtype=x.dtype, device=x.device)
@@ -49,6 +49,6 @@ class StackedGRU(nn.Module):
             r, z = torch.sigmoid(ir + hr), torch.sigmoid(iz + hz)
             h = (1 - z) * torch.tanh(inn + r * hn) + z * h
             outs.append(h)
-        out = torch.stack(outs, 2)                                                  # [A, B, T, H]
+        out = torch.stack(outs, 2)  # [A, B, T, H]
         logits = torch.baddbmm(self.b_out[:, None], out.reshape(a, b * t, -1), self.w_out.transpose(1, 2))
         return logits.view(a, b, t, -1), h

@@ -105,8 +105,9 @@ def load_problems(split: str) -> list[Problem]:
 N_VALIDATION = 500
 
 
-def split_validation(problems: list[Problem], n_validation: int = N_VALIDATION,
-                     seed: int = 0) -> tuple[list[Problem], list[Problem]]:
+def split_validation(
+    problems: list[Problem], n_validation: int = N_VALIDATION, seed: int = 0
+) -> tuple[list[Problem], list[Problem]]:
     """(RL-training, validation) items: a fixed random ``n_validation`` of ``problems`` (GSM8K train) is the
     validation split used to select hyper-parameters; the held-out test prompts come from GSM8K test only."""
     if not 0 < n_validation < len(problems):

@@ -86,8 +86,14 @@ PolicyFactory = Callable[[int], object]
 
 
 @torch.no_grad()
-def sample(policy, prompts: torch.Tensor, prompt_mask: torch.Tensor, max_new: int, gen: torch.Generator,
-           temperature: torch.Tensor | float = 1.0):
+def sample(
+    policy,
+    prompts: torch.Tensor,
+    prompt_mask: torch.Tensor,
+    max_new: int,
+    gen: torch.Generator,
+    temperature: torch.Tensor | float = 1.0,
+):
     """Completions for prompt ids [A, B, P] at ``temperature`` (a number, or one per copy [A]; no top-k/top-p),
     each row stopping where ``policy.stops`` says. Returns ids [A, B, T] (``pad`` after the stop), the sampling
     log-probabilities [A, B, T] (float32, of the tempered distribution) and the completion mask."""
@@ -136,8 +142,15 @@ def _expand(t: torch.Tensor, copies: int) -> torch.Tensor:
 
 
 @torch.no_grad()
-def evaluate(policy, problems: list[Problem], n_samples: int, max_new: int, gen: torch.Generator,
-             chunk: int = 512, temperature: torch.Tensor | float = 1.0) -> dict[str, np.ndarray]:
+def evaluate(
+    policy,
+    problems: list[Problem],
+    n_samples: int,
+    max_new: int,
+    gen: torch.Generator,
+    chunk: int = 512,
+    temperature: torch.Tensor | float = 1.0,
+) -> dict[str, np.ndarray]:
     """Per copy and prompt: outcome counts [A, n, K+1] (last = invalid), the correct ones among them and
     accuracy [A, n]; ``n_samples`` completions per prompt at ``temperature`` (one number or one per copy),
     sampled ``chunk`` rows at a time."""
@@ -145,8 +158,14 @@ def evaluate(policy, problems: list[Problem], n_samples: int, max_new: int, gen:
     ids, mask = ids.repeat_interleave(n_samples, 0), mask.repeat_interleave(n_samples, 0)
     cats, corr = [], []
     for s in range(0, ids.shape[0], chunk):
-        comp, _, _ = sample(policy, _expand(ids[s:s + chunk], policy.copies), _expand(mask[s:s + chunk], policy.copies),
-                            max_new, gen, temperature)
+        comp, _, _ = sample(
+            policy,
+            _expand(ids[s : s + chunk], policy.copies),
+            _expand(mask[s : s + chunk], policy.copies),
+            max_new,
+            gen,
+            temperature,
+        )
         c, k = _classify_all(policy, comp)
         cats.append(c)
         corr.append(k)
@@ -174,29 +193,47 @@ def _check_inputs(runs, targets, train, test, cfg) -> dict[str, torch.Tensor]:
             raise ValueError(f"target {k!r} has {v.numel()} entries; the task has {K} categories {CATEGORIES}")
     need = cfg.steps * cfg.prompts_per_step
     if need > len(train):
-        raise ValueError(f"{need} training prompts needed ({cfg.steps} steps x {cfg.prompts_per_step}), "
-                         f"only {len(train)} available")
+        raise ValueError(
+            f"{need} training prompts needed ({cfg.steps} steps x {cfg.prompts_per_step}), only {len(train)} available"
+        )
     if cfg.eval_prompts > len(test):
         raise ValueError(f"eval_prompts={cfg.eval_prompts} exceeds the {len(test)} held-out problems")
     return tgt
 
 
-def _train_group(policy, runs: list[Run], lr: float, tgt, train: list[Problem], cfg: DiagConfig,
-                 gen: torch.Generator, reference, progress: bool) -> tuple[list[list[dict]], int]:
+def _train_group(
+    policy,
+    runs: list[Run],
+    lr: float,
+    tgt,
+    train: list[Problem],
+    cfg: DiagConfig,
+    gen: torch.Generator,
+    reference,
+    progress: bool,
+) -> tuple[list[list[dict]], int]:
     """``cfg.steps`` GRPO updates of every copy of ``policy`` (copy a trains run ``runs[a]``); returns the
     per-run history of training-sample outcome counts and accuracy, and the optimiser steps actually made."""
     opt = torch.optim.Adam(policy.parameters(), lr=lr)
     order = {s: np.random.default_rng(s).permutation(len(train)) for s in {r.seed for r in runs}}
     g, n_p = cfg.group_size, cfg.prompts_per_step
     gids = torch.arange(n_p).repeat_interleave(g)
-    reward_kw = dict(eps=cfg.eps, target_smoothing=cfg.target_smoothing, invalid_policy=cfg.invalid_policy,
-                     invalid_reward=cfg.invalid_reward, phat_scope=cfg.phat_scope, form=cfg.reward_form,
-                     task_reward_weight=cfg.task_reward_weight, mixture_divergence=cfg.mixture_divergence)
+    reward_kw = dict(
+        eps=cfg.eps,
+        target_smoothing=cfg.target_smoothing,
+        invalid_policy=cfg.invalid_policy,
+        invalid_reward=cfg.invalid_reward,
+        phat_scope=cfg.phat_scope,
+        form=cfg.reward_form,
+        task_reward_weight=cfg.task_reward_weight,
+        mixture_divergence=cfg.mixture_divergence,
+    )
     history = [[] for _ in runs]
     updates = 0
-    for step in tqdm(range(cfg.steps), desc=f"MaD-RL updates (lr {lr:g}, {len(runs)} runs)", disable=not progress,
-                     mininterval=10):
-        enc = [policy.encode([train[i] for i in order[r.seed][step * n_p:(step + 1) * n_p]]) for r in runs]
+    for step in tqdm(
+        range(cfg.steps), desc=f"MaD-RL updates (lr {lr:g}, {len(runs)} runs)", disable=not progress, mininterval=10
+    ):
+        enc = [policy.encode([train[i] for i in order[r.seed][step * n_p : (step + 1) * n_p]]) for r in runs]
         width = max(e[0].shape[1] for e in enc)  # left-pad every run's prompts to one width
         pad = lambda t, v: torch.nn.functional.pad(t, (width - t.shape[1], 0), value=v)  # noqa: E731
         prompts = torch.stack([pad(e[0], policy.pad_id).repeat_interleave(g, 0) for e in enc]).to(policy.device)
@@ -205,8 +242,11 @@ def _train_group(policy, runs: list[Run], lr: float, tgt, train: list[Problem], 
         cats, corr = _classify_all(policy, comp)
         adv = []
         for a, r in enumerate(runs):
-            knob_kw = {} if r.arm != "entropy" else {"entropy_coef": r.knob,
-                                                        "sequence_logp": logp_old[a].sum(-1).double().cpu()}
+            knob_kw = (
+                {}
+                if r.arm != "entropy"
+                else {"entropy_coef": r.knob, "sequence_logp": logp_old[a].sum(-1).double().cpu()}
+            )
             rew = arm_rewards(r.arm, cats[a], corr[a], gids, tgt[r.target], **reward_kw, **knob_kw)
             adv.append(broadcast_sequence_values(mask[a].cpu(), group_advantage(rew, gids)))
             counts = np.array([(cats[a] == c).sum().item() for c in list(range(K)) + [-1]])
@@ -219,10 +259,22 @@ def _train_group(policy, runs: list[Run], lr: float, tgt, train: list[Problem], 
                 ref = reference.logp(flat(prompts), flat(pmask), flat(comp)).view_as(logp_old)
         for _ in range(cfg.ppo_epochs):
             logp = policy.logp(prompts, pmask, comp)
-            loss = sum(clipped_policy_loss(logp[a], logp_old[a], None if ref is None else ref[a], adv[a], mask[a],
-                                           eps_low=cfg.clip_eps, eps_high=cfg.clip_eps, dual_clip_c=None,
-                                           kl_coef=cfg.kl_coef, kl_kind="k3", agg_mode="token_mean")[0]
-                       for a in range(len(runs)))
+            loss = sum(
+                clipped_policy_loss(
+                    logp[a],
+                    logp_old[a],
+                    None if ref is None else ref[a],
+                    adv[a],
+                    mask[a],
+                    eps_low=cfg.clip_eps,
+                    eps_high=cfg.clip_eps,
+                    dual_clip_c=None,
+                    kl_coef=cfg.kl_coef,
+                    kl_kind="k3",
+                    agg_mode="token_mean",
+                )[0]
+                for a in range(len(runs))
+            )
             opt.zero_grad()
             loss.backward()
             opt.step()
@@ -230,9 +282,17 @@ def _train_group(policy, runs: list[Run], lr: float, tgt, train: list[Problem], 
     return history, updates
 
 
-def run_diagnostic(make_policy: PolicyFactory, runs: list[Run], targets: dict[str, list[float]],
-                   train: list[Problem], test: list[Problem], cfg: DiagConfig, *, sample_seed: int,
-                   progress: bool = True) -> dict:
+def run_diagnostic(
+    make_policy: PolicyFactory,
+    runs: list[Run],
+    targets: dict[str, list[float]],
+    train: list[Problem],
+    test: list[Problem],
+    cfg: DiagConfig,
+    *,
+    sample_seed: int,
+    progress: bool = True,
+) -> dict:
     """Train every run for ``cfg.steps`` updates on ``train`` prompts and evaluate on ``cfg.eval_prompts`` of
     ``test`` (held-out test prompts, or the validation split during selection).
 
@@ -242,31 +302,48 @@ def run_diagnostic(make_policy: PolicyFactory, runs: list[Run], targets: dict[st
     tgt = _check_inputs(runs, targets, train, test, cfg)
     reference = make_policy(1)
     gen = torch.Generator(device=reference.device).manual_seed(sample_seed)
-    eval_items = [test[i] for i in np.random.default_rng(0).permutation(len(test))[:cfg.eval_prompts]]
+    eval_items = [test[i] for i in np.random.default_rng(0).permutation(len(test))[: cfg.eval_prompts]]
     initial = evaluate(reference, eval_items, cfg.eval_samples, cfg.max_new_chars, gen)
     history, final, updates = [None] * len(runs), [None] * len(runs), [0] * len(runs)
     for lr in sorted({cfg.lr if r.lr is None else r.lr for r in runs}):
         same_lr = [k for k, r in enumerate(runs) if (cfg.lr if r.lr is None else r.lr) == lr]
         cap = cfg.copies_per_policy or len(same_lr)
-        for idx in (same_lr[i:i + cap] for i in range(0, len(same_lr), cap)):
+        for idx in (same_lr[i : i + cap] for i in range(0, len(same_lr), cap)):
             policy = make_policy(len(idx))
-            hist, n_updates = _train_group(policy, [runs[k] for k in idx], lr, tgt, train, cfg, gen, reference,
-                                           progress)
-            ev = evaluate(policy, eval_items, cfg.eval_samples, cfg.max_new_chars, gen,
-                          temperature=torch.tensor([runs[k].eval_temperature for k in idx]))
+            hist, n_updates = _train_group(
+                policy, [runs[k] for k in idx], lr, tgt, train, cfg, gen, reference, progress
+            )
+            ev = evaluate(
+                policy,
+                eval_items,
+                cfg.eval_samples,
+                cfg.max_new_chars,
+                gen,
+                temperature=torch.tensor([runs[k].eval_temperature for k in idx]),
+            )
             for a, k in enumerate(idx):
                 history[k], final[k], updates[k] = hist[a], _summarise(ev, a, tgt[runs[k].target]), n_updates
             del policy
-    return {"runs": runs, "history": history, "updates": updates, "eval_items": eval_items,
-            "initial": {t: _summarise(initial, 0, tgt[t]) for t in targets}, "final": final}
+    return {
+        "runs": runs,
+        "history": history,
+        "updates": updates,
+        "eval_items": eval_items,
+        "initial": {t: _summarise(initial, 0, tgt[t]) for t in targets},
+        "final": final,
+    }
 
 
 def _summarise(ev: dict, a: int, target: torch.Tensor) -> dict:
     t = target.numpy()
-    return {"jsd_per_prompt": np.array([extended_jsd(c, t) for c in ev["counts"][a]]),
-            "accuracy_per_prompt": ev["accuracy"][a], "pooled_counts": ev["counts"][a].sum(0),
-            "pooled_correct": ev["correct_counts"][a].sum(0),
-            "pooled_jsd": extended_jsd(ev["counts"][a].sum(0), t), "accuracy": float(ev["accuracy"][a].mean())}
+    return {
+        "jsd_per_prompt": np.array([extended_jsd(c, t) for c in ev["counts"][a]]),
+        "accuracy_per_prompt": ev["accuracy"][a],
+        "pooled_counts": ev["counts"][a].sum(0),
+        "pooled_correct": ev["correct_counts"][a].sum(0),
+        "pooled_jsd": extended_jsd(ev["counts"][a].sum(0), t),
+        "accuracy": float(ev["accuracy"][a].mean()),
+    }
 
 
 def selection_score(arm: str, jsd_value: float, accuracy: float, task_reward_weight: float) -> float:
@@ -281,9 +358,19 @@ def selection_score(arm: str, jsd_value: float, accuracy: float, task_reward_wei
     return jsd_value
 
 
-def select_settings(make_policy: PolicyFactory, arms, targets: dict[str, list[float]], train: list[Problem],
-                    validation: list[Problem], cfg: DiagConfig, lr_grid, *, seed: int, knob_grids=None,
-                    progress: bool = True) -> tuple[dict[str, float], dict[str, float], list[dict]]:
+def select_settings(
+    make_policy: PolicyFactory,
+    arms,
+    targets: dict[str, list[float]],
+    train: list[Problem],
+    validation: list[Problem],
+    cfg: DiagConfig,
+    lr_grid,
+    *,
+    seed: int,
+    knob_grids=None,
+    progress: bool = True,
+) -> tuple[dict[str, float], dict[str, float], list[dict]]:
     """Per-arm learning rate from ``lr_grid`` (and, for an arm of :data:`KNOB_ARMS`, its knob from
     ``knob_grids[arm]``): one run per (lr, knob, arm, target) with ``seed``, trained on ``train`` prompts and scored
     on the **validation** prompts (never the test prompts) by :func:`selection_score`, averaged over the targets;
@@ -305,13 +392,24 @@ def select_settings(make_policy: PolicyFactory, arms, targets: dict[str, list[fl
     diag = run_diagnostic(make_policy, runs, targets, train, validation, cfg, sample_seed=seed, progress=progress)
     rows = []
     for r, f in zip(runs, diag["final"]):
-        rows.append({"arm": r.arm, "target": r.target, "lr": r.lr, "knob": r.knob, "validation_jsd": f["pooled_jsd"],
-                     "validation_accuracy": f["accuracy"],
-                     "score": selection_score(r.arm, f["pooled_jsd"], f["accuracy"], cfg.task_reward_weight)})
+        rows.append(
+            {
+                "arm": r.arm,
+                "target": r.target,
+                "lr": r.lr,
+                "knob": r.knob,
+                "validation_jsd": f["pooled_jsd"],
+                "validation_accuracy": f["accuracy"],
+                "score": selection_score(r.arm, f["pooled_jsd"], f["accuracy"], cfg.task_reward_weight),
+            }
+        )
     chosen_lr, chosen_knob = {}, {}
     for arm in arms:
-        mean = {(lr, k): np.mean([x["score"] for x in rows if x["arm"] == arm and x["lr"] == lr and x["knob"] == k])
-                for lr in grid for k in knobs[arm]}
+        mean = {
+            (lr, k): np.mean([x["score"] for x in rows if x["arm"] == arm and x["lr"] == lr and x["knob"] == k])
+            for lr in grid
+            for k in knobs[arm]
+        }
         lr, k = min(mean, key=lambda key: (mean[key], key[0], key[1] or 0.0))
         chosen_lr[arm] = lr
         if k is not None:
@@ -319,10 +417,20 @@ def select_settings(make_policy: PolicyFactory, arms, targets: dict[str, list[fl
     return chosen_lr, chosen_knob, rows
 
 
-def select_learning_rates(make_policy: PolicyFactory, arms, targets: dict[str, list[float]], train: list[Problem],
-                          validation: list[Problem], cfg: DiagConfig, lr_grid, *, seed: int,
-                          progress: bool = True) -> tuple[dict[str, float], list[dict]]:
+def select_learning_rates(
+    make_policy: PolicyFactory,
+    arms,
+    targets: dict[str, list[float]],
+    train: list[Problem],
+    validation: list[Problem],
+    cfg: DiagConfig,
+    lr_grid,
+    *,
+    seed: int,
+    progress: bool = True,
+) -> tuple[dict[str, float], list[dict]]:
     """:func:`select_settings` for arms without a knob: ({arm: lr}, rows of scores)."""
-    lr, _, rows = select_settings(make_policy, arms, targets, train, validation, cfg, lr_grid, seed=seed,
-                                  progress=progress)
+    lr, _, rows = select_settings(
+        make_policy, arms, targets, train, validation, cfg, lr_grid, seed=seed, progress=progress
+    )
     return lr, [{k: v for k, v in row.items() if k != "knob"} for row in rows]

@@ -40,7 +40,9 @@ def render(w0: float, w1: float, w2: float) -> list:
     for k, name in enumerate(DIVERGENCES):
         ax.bar(np.arange(3) + (k - 1.5) * width, table[f"r {name}"], width, label=name)
     ax.axhline(0, color="0.3", lw=0.6)
-    ax.set_xticks(range(3), [f"c={c}\np*={p:.2f}, p̂={q:.1f}" for c, p, q in zip(table["category"], table["p*"], table["p_hat"])])
+    ax.set_xticks(
+        range(3), [f"c={c}\np*={p:.2f}, p̂={q:.1f}" for c, p, q in zip(table["category"], table["p*"], table["p_hat"])]
+    )
     ax.set_ylabel("reward r(c)")
     reach = float(table[[f"r {name}" for name in DIVERGENCES]].abs().to_numpy().max())
     ax.set_ylim(-max(1.0, 1.25 * reach), max(1.0, 1.5 * reach))  # room for the legend

@@ -57,10 +57,20 @@ LAYOUTS = ("assistant", "user")
 STYLES = ("concise", "verbose", "corrected", "rebox")
 
 #: Architecture of the committed checkpoint (Qwen3, GQA 4 query / 2 KV heads, tied embeddings).
-ARCH = dict(vocab_size=128, hidden_size=96, intermediate_size=256, num_hidden_layers=4, num_attention_heads=4,
-            num_key_value_heads=2, head_dim=24, max_position_embeddings=512,
-            rope_parameters={"rope_type": "default", "rope_theta": 10000.0}, tie_word_embeddings=True,
-            rms_norm_eps=1e-6, initializer_range=0.02)
+ARCH = dict(
+    vocab_size=128,
+    hidden_size=96,
+    intermediate_size=256,
+    num_hidden_layers=4,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=24,
+    max_position_embeddings=512,
+    rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+    tie_word_embeddings=True,
+    rms_norm_eps=1e-6,
+    initializer_range=0.02,
+)
 
 
 def build_tokenizer() -> transformers.PreTrainedTokenizerFast:
@@ -86,14 +96,16 @@ def load(path: str | Path = ASSET_DIR, *, dtype: torch.dtype = torch.float32):
     """``(model, tokenizer)`` from a checkpoint folder via ``from_pretrained``, model in eval mode."""
     path = Path(path)
     if not (path / "config.json").is_file() or not any(path.glob("*.safetensors")):
-        raise FileNotFoundError(f"no arithmetic-LM checkpoint (config.json + *.safetensors) at {path}; "
-                                f"train it with `{TRAIN_COMMAND}`")
+        raise FileNotFoundError(
+            f"no arithmetic-LM checkpoint (config.json + *.safetensors) at {path}; train it with `{TRAIN_COMMAND}`"
+        )
     model = transformers.AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype, attn_implementation="sdpa")
     tokenizer = transformers.PreTrainedTokenizerFast.from_pretrained(str(path))
     return model.eval(), tokenizer
 
 
 # ---- formats -----------------------------------------------------------------------------------------------
+
 
 def question(expr) -> str:
     return f"Compute {expr.text}."
@@ -228,7 +240,7 @@ def boxed_values(text: str) -> list[str]:
             depth += {"{": 1, "}": -1}.get(text[j], 0)
             j += 1
         if depth == 0:
-            out.append(text[i + len("\\boxed{"): j - 1])
+            out.append(text[i + len("\\boxed{") : j - 1])
         start = j if depth == 0 else i + 1
     return out
 
@@ -240,8 +252,17 @@ def final_answer(text: str) -> str | None:
 
 
 @torch.no_grad()
-def generate(model, tokenizer, prompts: list[str], *, max_new_tokens: int, do_sample: bool = False,
-             temperature: float = 1.0, seed: int | None = None, batch_size: int = 256) -> list[dict]:
+def generate(
+    model,
+    tokenizer,
+    prompts: list[str],
+    *,
+    max_new_tokens: int,
+    do_sample: bool = False,
+    temperature: float = 1.0,
+    seed: int | None = None,
+    batch_size: int = 256,
+) -> list[dict]:
     """Batched generation (left padding, Hugging Face ``generate``): for each prompt a dict with ``ids``
     (response tokens up to and including ``<eos>``), ``text`` (decoded, without ``<eos>``) and ``eos``
     (True when the response ended naturally within ``max_new_tokens``)."""
@@ -255,10 +276,14 @@ def generate(model, tokenizer, prompts: list[str], *, max_new_tokens: int, do_sa
     was_training = model.training
     model.eval()
     for b in range(0, len(prompts), batch_size):
-        enc = tokenizer(prompts[b:b + batch_size], return_tensors="pt", padding=True, add_special_tokens=False).to(model.device)
-        kwargs = dict(do_sample=True, temperature=temperature, top_k=0, top_p=1.0) if do_sample else dict(do_sample=False)
+        enc = tokenizer(prompts[b : b + batch_size], return_tensors="pt", padding=True, add_special_tokens=False).to(
+            model.device
+        )
+        kwargs = (
+            dict(do_sample=True, temperature=temperature, top_k=0, top_p=1.0) if do_sample else dict(do_sample=False)
+        )
         gen = model.generate(**enc, max_new_tokens=max_new_tokens, eos_token_id=eos, pad_token_id=pad, **kwargs)
-        for row in gen[:, enc.input_ids.shape[1]:].tolist():
+        for row in gen[:, enc.input_ids.shape[1] :].tolist():
             ids = row[: row.index(eos) + 1] if eos in row else row
             ended = bool(ids) and ids[-1] == eos
             ids = [t for t in ids if t != pad] if not ended else ids
@@ -267,6 +292,27 @@ def generate(model, tokenizer, prompts: list[str], *, max_new_tokens: int, do_sa
     return out
 
 
-__all__ = ["ASSET_DIR", "ARCH", "CHARS", "LAYOUTS", "SPECIAL_TOKENS", "STYLES", "TAU", "boxed_values", "build_tokenizer", "boxed", "final_answer", "generate",
-           "concise_rewrite", "config", "load", "question", "refine_prompt", "response", "scratchpad", "student_prompt",
-           "teacher_prompt", "wrong_value"]
+__all__ = [
+    "ASSET_DIR",
+    "ARCH",
+    "CHARS",
+    "LAYOUTS",
+    "SPECIAL_TOKENS",
+    "STYLES",
+    "TAU",
+    "boxed_values",
+    "build_tokenizer",
+    "boxed",
+    "final_answer",
+    "generate",
+    "concise_rewrite",
+    "config",
+    "load",
+    "question",
+    "refine_prompt",
+    "response",
+    "scratchpad",
+    "student_prompt",
+    "teacher_prompt",
+    "wrong_value",
+]

@@ -24,13 +24,17 @@ def _check_name(name) -> str:
 
 
 def _unavailable(name: str, err: Exception) -> HubModelUnavailable:
-    where = "HF_HUB_OFFLINE is set and the local hub cache has no copy" if hub_offline() else \
-        "the hub could not be reached or has no such repository"
+    where = (
+        "HF_HUB_OFFLINE is set and the local hub cache has no copy"
+        if hub_offline()
+        else "the hub could not be reached or has no such repository"
+    )
     detail = str(err).splitlines()[0] if str(err) else ""
     return HubModelUnavailable(
         f"cannot load hub model {name!r}: {where}. An a100-hub profile needs its weights: run once with network "
         f"access (`huggingface-cli download {name}`), or set the profile's `hub_model` to a local folder; the "
-        f"offline profiles (smoke, a100) use the project's own models. ({type(err).__name__}: {detail})")
+        f"offline profiles (smoke, a100) use the project's own models. ({type(err).__name__}: {detail})"
+    )
 
 
 def require_hub_model(name: str) -> Path:
@@ -42,8 +46,11 @@ def require_hub_model(name: str) -> Path:
         from huggingface_hub import snapshot_download
 
         try:
-            path = Path(snapshot_download(name, local_files_only=hub_offline(),
-                                          allow_patterns=["*.json", "*.safetensors", "*.txt", "*.model"]))
+            path = Path(
+                snapshot_download(
+                    name, local_files_only=hub_offline(), allow_patterns=["*.json", "*.safetensors", "*.txt", "*.model"]
+                )
+            )
         except Exception as err:  # the hub raises several unrelated types for "not reachable"
             raise _unavailable(name, err) from err
     if not (path / "config.json").is_file() or not any(path.glob("*.safetensors")):
@@ -61,8 +68,9 @@ def load_hub_model(name: str, *, dtype="auto", device_map: str | None = None, at
     extra = {"attn_implementation": attn_implementation} if attn_implementation else {}
     try:
         tok = AutoTokenizer.from_pretrained(name, local_files_only=local_only)
-        model = AutoModelForCausalLM.from_pretrained(name, dtype=dtype, device_map=device_map,
-                                                     local_files_only=local_only, **extra)
+        model = AutoModelForCausalLM.from_pretrained(
+            name, dtype=dtype, device_map=device_map, local_files_only=local_only, **extra
+        )
     except (OSError, ValueError) as err:
         raise _unavailable(name, err) from err
     return tok, model
@@ -80,5 +88,7 @@ def with_lora(model, *, rank: int, alpha: float, targets=LORA_TARGETS):
         raise ValueError(f"LoRA needs an integer rank >= 1 and alpha > 0, got rank={rank!r}, alpha={alpha!r}")
     from peft import LoraConfig, get_peft_model
 
-    return get_peft_model(model, LoraConfig(r=rank, lora_alpha=alpha, lora_dropout=0.0,
-                                            target_modules=list(targets), task_type="CAUSAL_LM"))
+    return get_peft_model(
+        model,
+        LoraConfig(r=rank, lora_alpha=alpha, lora_dropout=0.0, target_modules=list(targets), task_type="CAUSAL_LM"),
+    )

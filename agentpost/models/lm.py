@@ -43,22 +43,32 @@ def tool_lm_config(**overrides) -> transformers.Qwen3Config:
     kwargs = {**_DEFAULTS, **_special_ids(), **overrides}
     heads, kv = kwargs["num_attention_heads"], kwargs["num_key_value_heads"]
     if not (0 < kv < heads and heads % kv == 0):
-        raise ValueError(f"need grouped-query attention: 0 < num_key_value_heads < num_attention_heads and dividing it; "
-                         f"got {kv} KV heads for {heads} query heads")
+        raise ValueError(
+            f"need grouped-query attention: 0 < num_key_value_heads < num_attention_heads and dividing it; "
+            f"got {kv} KV heads for {heads} query heads"
+        )
     return transformers.Qwen3Config(**kwargs)
 
 
 def tiny_random_lm(seed: int = 0, *, attn_implementation: str = "eager", **overrides) -> transformers.Qwen3ForCausalLM:
     """Same architecture, tiny and randomly initialised (for fast tests): 2 layers, hidden 64, 4 heads, 2 KV heads."""
-    small = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-                 num_key_value_heads=2, head_dim=16)
+    small = dict(
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+    )
     config = tool_lm_config(**{**small, **overrides})
     config._attn_implementation = attn_implementation
     torch.manual_seed(seed)
     return transformers.Qwen3ForCausalLM(config).eval()
 
 
-def load_tool_lm(path: str | Path = DEFAULT_DIR, *, attn_implementation: str = "eager", dtype: torch.dtype = torch.float32):
+def load_tool_lm(
+    path: str | Path = DEFAULT_DIR, *, attn_implementation: str = "eager", dtype: torch.dtype = torch.float32
+):
     """(model, tokenizer) from a saved checkpoint folder, model in eval mode.
 
     ``eager`` attention is the default so that attention probabilities are available (ActKV scores them)."""

@@ -95,8 +95,9 @@ def embed_texts(texts: Sequence[str], *, batch_size: int = 64, cache: bool = Tru
     with torch.inference_mode():
         for start in range(0, len(texts), batch_size):
             idx = order[start : start + batch_size]
-            enc = tok([texts[i] for i in idx], padding=True, truncation=True, max_length=MAX_SEQ_TOKENS,
-                      return_tensors="pt")
+            enc = tok(
+                [texts[i] for i in idx], padding=True, truncation=True, max_length=MAX_SEQ_TOKENS, return_tensors="pt"
+            )
             hidden = model(**enc).last_hidden_state
             m = enc["attention_mask"].unsqueeze(-1).to(hidden.dtype)
             pooled = (hidden * m).sum(1) / m.sum(1).clamp_min(1e-9)

@@ -19,8 +19,16 @@ from pathlib import Path
 ASSET_DIR = Path(__file__).parent / "assets" / "wikitext2-bpe"
 VOCAB_SIZE = 4096
 SPECIAL_TOKENS = [
-    "<pad>", "<eos>", "<|im_start|>", "<|im_end|>",
-    "<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>", "<tool_list>", "</tool_list>",
+    "<pad>",
+    "<eos>",
+    "<|im_start|>",
+    "<|im_end|>",
+    "<tool_call>",
+    "</tool_call>",
+    "<tool_response>",
+    "</tool_response>",
+    "<tool_list>",
+    "</tool_list>",
 ]
 
 

@@ -117,8 +117,9 @@ def evaluate(model, tok, exprs, max_new_tokens: int) -> dict:
     """Greedy student accuracy / length / reflection share, teacher accuracy, and rewrite statistics."""
     student = A.generate(model, tok, [A.student_prompt(e) for e in exprs], max_new_tokens=max_new_tokens)
     teacher = A.generate(model, tok, [A.teacher_prompt(e) for e in exprs], max_new_tokens=max_new_tokens)
-    rewrite = A.generate(model, tok, [A.refine_prompt(e, s["text"]) for e, s in zip(exprs, student)],
-                         max_new_tokens=max_new_tokens)
+    rewrite = A.generate(
+        model, tok, [A.refine_prompt(e, s["text"]) for e, s in zip(exprs, student)], max_new_tokens=max_new_tokens
+    )
     acc = lambda outs: float(np.mean([A.final_answer(o["text"]) == e.result for o, e in zip(outs, exprs)]))
     return {
         "items": len(exprs),
@@ -128,8 +129,9 @@ def evaluate(model, tok, exprs, max_new_tokens: int) -> dict:
         "student_wait_share": float(np.mean(["Wait" in o["text"] for o in student])),
         "teacher_accuracy": acc(teacher),
         "rewrite_shorter_share": float(np.mean([len(r["ids"]) < len(s["ids"]) for r, s in zip(rewrite, student)])),
-        "rewrite_keeps_final_share": float(np.mean([A.final_answer(r["text"]) == A.final_answer(s["text"])
-                                                    for r, s in zip(rewrite, student)])),
+        "rewrite_keeps_final_share": float(
+            np.mean([A.final_answer(r["text"]) == A.final_answer(s["text"]) for r, s in zip(rewrite, student)])
+        ),
         "examples": [{"expr": e.line, "student": s["text"]} for e, s in list(zip(exprs, student))[:5]],
     }
 
@@ -138,12 +140,22 @@ def _versions() -> dict:
     import tokenizers
     import transformers
 
-    return {"python": platform.python_version(), "torch": torch.__version__, "transformers": transformers.__version__,
-            "tokenizers": tokenizers.__version__, "numpy": np.__version__}
+    return {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "tokenizers": tokenizers.__version__,
+        "numpy": np.__version__,
+    }
 
 
-def train(out_dir: Path = A.ASSET_DIR, hp: Hyper = Hyper(), arch: dict | None = None, device: str = "cpu",
-          init: Path | None = None) -> dict:
+def train(
+    out_dir: Path = A.ASSET_DIR,
+    hp: Hyper = Hyper(),
+    arch: dict | None = None,
+    device: str = "cpu",
+    init: Path | None = None,
+) -> dict:
     """Pretrain, save and evaluate (module docstring); ``arch`` overrides :data:`arith_lm.ARCH` (larger models for
     the GPU profiles), ``device`` is where training runs (the committed checkpoint: CPU); ``init`` continues from
     a saved checkpoint of this script (a second phase; its receipt is kept under ``previous_phases``)."""
@@ -163,8 +175,9 @@ def train(out_dir: Path = A.ASSET_DIR, hp: Hyper = Hyper(), arch: dict | None = 
         model = Qwen3ForCausalLM.from_pretrained(str(init)).to(device)
         cfg = model.config
         old = json.loads((Path(init) / "receipt.json").read_text())
-        previous = old.get("previous_phases", []) + [{k: old[k] for k in ("command", "hyperparameters", "tokens_seen",
-                                                                          "final_train_loss", "wall_s")}]
+        previous = old.get("previous_phases", []) + [
+            {k: old[k] for k in ("command", "hyperparameters", "tokens_seen", "final_train_loss", "wall_s")}
+        ]
         rng = np.random.default_rng(hp.seed + 1000 * len(previous))  # a fresh example stream for the new phase
     else:
         model = Qwen3ForCausalLM(cfg).to(device)
@@ -189,7 +202,7 @@ def train(out_dir: Path = A.ASSET_DIR, hp: Hyper = Hyper(), arch: dict | None = 
         tokens += int(attn.sum())
         losses.append(loss.item())
         if step % hp.log_every == 0:
-            bar.set_postfix(loss=f"{np.mean(losses[-hp.log_every:]):.3f}")
+            bar.set_postfix(loss=f"{np.mean(losses[-hp.log_every :]):.3f}")
     train_s = time.time() - t0
 
     out_dir = Path(out_dir)
@@ -203,31 +216,55 @@ def train(out_dir: Path = A.ASSET_DIR, hp: Hyper = Hyper(), arch: dict | None = 
         ev[s] = evaluate(model, tok, exprs, hp.max_new_tokens)
     receipt = {
         "artifact": "gsm8k-arith-lm: Qwen3-architecture causal LM (GQA), character-level tokenizer, pretrained from "
-                    "scratch on GSM8K-derived arithmetic (train-split calculator annotations; synthetic response "
-                    "format over real expressions)",
+        "scratch on GSM8K-derived arithmetic (train-split calculator annotations; synthetic response "
+        "format over real expressions)",
         "script": "agentpost/models/train_arith_lm.py",
-        "command": " ".join(["python -m agentpost.models.train_arith_lm"] + ([f"--init {init}"] if init else []) + [
-            f"--{k.replace('_', '-')} {v}" for k, v in asdict(hp).items() if v != getattr(Hyper, k)]),
-        "formats": {"student_prompt": A.student_prompt(splits["train"][0]),
-                    "teacher_prompt_assistant": A.teacher_prompt(splits["train"][0], "assistant"),
-                    "teacher_prompt_user": A.teacher_prompt(splits["train"][0], "user"),
-                    "refine_prompt": A.refine_prompt(splits["train"][0], "{previous response}"),
-                    "responses": {s: A.response(splits["train"][0], s, wrong="23") for s in A.STYLES},
-                    "end_of_response": "<eos>"},
-        "task": {"splits": {s: len(v) for s, v in splits.items()}, "max_digits": 3, "validation_percent": 10,
-                 "test_excludes_train_expressions": True, "trained_on": "train only"},
+        "command": " ".join(
+            ["python -m agentpost.models.train_arith_lm"]
+            + ([f"--init {init}"] if init else [])
+            + [f"--{k.replace('_', '-')} {v}" for k, v in asdict(hp).items() if v != getattr(Hyper, k)]
+        ),
+        "formats": {
+            "student_prompt": A.student_prompt(splits["train"][0]),
+            "teacher_prompt_assistant": A.teacher_prompt(splits["train"][0], "assistant"),
+            "teacher_prompt_user": A.teacher_prompt(splits["train"][0], "user"),
+            "refine_prompt": A.refine_prompt(splits["train"][0], "{previous response}"),
+            "responses": {s: A.response(splits["train"][0], s, wrong="23") for s in A.STYLES},
+            "end_of_response": "<eos>",
+        },
+        "task": {
+            "splits": {s: len(v) for s, v in splits.items()},
+            "max_digits": 3,
+            "validation_percent": 10,
+            "test_excludes_train_expressions": True,
+            "trained_on": "train only",
+        },
         "data": {k: sha256_file(p) for k, p in sorted(files_read().items())},
         "hyperparameters": asdict(hp),
-        "architecture": {k: getattr(cfg, k) for k in ("vocab_size", "hidden_size", "intermediate_size",
-                                                        "num_hidden_layers", "num_attention_heads",
-                                                        "num_key_value_heads", "head_dim", "max_position_embeddings",
-                                                        "tie_word_embeddings")},
+        "architecture": {
+            k: getattr(cfg, k)
+            for k in (
+                "vocab_size",
+                "hidden_size",
+                "intermediate_size",
+                "num_hidden_layers",
+                "num_attention_heads",
+                "num_key_value_heads",
+                "head_dim",
+                "max_position_embeddings",
+                "tie_word_embeddings",
+            )
+        },
         "parameters": n_params,
         "previous_phases": previous,
         "tokens_seen": tokens,
-        "final_train_loss": float(np.mean(losses[-hp.log_every:])),
+        "final_train_loss": float(np.mean(losses[-hp.log_every :])),
         "evaluation_greedy": ev,
-        "wall_s": {"train": round(train_s, 1), "eval": round(time.time() - t_ev, 1), "total": round(time.time() - t0, 1)},
+        "wall_s": {
+            "train": round(train_s, 1),
+            "eval": round(time.time() - t_ev, 1),
+            "total": round(time.time() - t0, 1),
+        },
         "device": f"cpu ({hp.threads} threads)" if device == "cpu" else device,
         "checkpoint": checkpoint,
         "versions": _versions(),

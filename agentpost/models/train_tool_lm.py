@@ -55,7 +55,10 @@ FINETUNE_STAGES = (
     ((4, 2, 200), (6, 2, 150), (4, 2, 300)),
 )
 #: Held-out evaluation shapes: the build_traces defaults, and a short one (copy distance of a few hundred tokens).
-EVAL_SHAPES = {"default": dict(rounds=4, distractors=2, max_doc_chars=300), "short": dict(rounds=3, distractors=1, max_doc_chars=100)}
+EVAL_SHAPES = {
+    "default": dict(rounds=4, distractors=2, max_doc_chars=300),
+    "short": dict(rounds=3, distractors=1, max_doc_chars=100),
+}
 
 
 @dataclass
@@ -104,9 +107,13 @@ def trace_metrics(model, tokenized) -> dict:
             actions += 1
             exact += bool(hit[sl][name[sl]].all())
     return {
-        "traces": len(tokenized), "actions": actions, "action_tokens": n,
-        "action_token_nll": nll / n, "action_token_accuracy": correct / n,
-        "name_token_accuracy": name_correct / name_n, "name_exact_match": exact / actions,
+        "traces": len(tokenized),
+        "actions": actions,
+        "action_tokens": n,
+        "action_token_nll": nll / n,
+        "action_token_accuracy": correct / n,
+        "name_token_accuracy": name_correct / name_n,
+        "name_exact_match": exact / actions,
     }
 
 
@@ -114,8 +121,13 @@ def _versions() -> dict:
     import tokenizers
     import transformers
 
-    return {"python": platform.python_version(), "torch": torch.__version__, "transformers": transformers.__version__,
-            "tokenizers": tokenizers.__version__, "numpy": np.__version__}
+    return {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "tokenizers": tokenizers.__version__,
+        "numpy": np.__version__,
+    }
 
 
 def train(out_dir: Path = DEFAULT_DIR, hp: Hyper = Hyper()) -> dict:
@@ -128,8 +140,10 @@ def train(out_dir: Path = DEFAULT_DIR, hp: Hyper = Hyper()) -> dict:
     def log(msg):
         print(f"[{time.time() - t0:7.1f}s] {msg}", flush=True)
 
-    wiki = {s: np.array(tok(read_split(s), add_special_tokens=False).input_ids, dtype=np.int64)
-            for s in ("train", "validation", "test")}
+    wiki = {
+        s: np.array(tok(read_split(s), add_special_tokens=False).input_ids, dtype=np.int64)
+        for s in ("train", "validation", "test")
+    }
     log(f"WikiText-2 tokens: { {s: len(v) for s, v in wiki.items()} }")
 
     config = tool_lm_config()
@@ -185,7 +199,9 @@ def train(out_dir: Path = DEFAULT_DIR, hp: Hyper = Hyper()) -> dict:
         optimizer_step(model, opt, trace_loss + hp.wiki_mix_weight * wiki_loss, hp.grad_clip)
         ft_tokens += len(ids) + hp.wiki_mix_len
         if step % hp.log_every == 0 or step == hp.finetune_steps - 1:
-            log(f"finetune {step + 1}/{hp.finetune_steps} ({len(ids)} tokens) trace loss {trace_loss.item():.3f} wiki loss {wiki_loss.item():.3f}")
+            log(
+                f"finetune {step + 1}/{hp.finetune_steps} ({len(ids)} tokens) trace loss {trace_loss.item():.3f} wiki loss {wiki_loss.item():.3f}"
+            )
     finetune_s = time.time() - t_ft
 
     # 3. save (before evaluation, so an interrupted evaluation keeps the weights)
@@ -216,23 +232,40 @@ def train(out_dir: Path = DEFAULT_DIR, hp: Hyper = Hyper()) -> dict:
     receipt = {
         "artifact": "tool-lm: Qwen3-architecture causal LM with GQA, WikiText-2 pretrained, tool-trace fine-tuned",
         "script": "agentpost/models/train_tool_lm.py",
-        "command": " ".join([TRAIN_COMMAND] + [
-            f"--{k.replace('_', '-')} {v}" for k, v in asdict(hp).items() if v != getattr(Hyper, k)]),
+        "command": " ".join(
+            [TRAIN_COMMAND] + [f"--{k.replace('_', '-')} {v}" for k, v in asdict(hp).items() if v != getattr(Hyper, k)]
+        ),
         "trace_format": TRACE_LABEL,
         "data": {k: sha256_file(p) for k, p in sorted(files_read().items())},
         "tokenizer_json_sha256": sha256_file(TOKENIZER_DIR / "tokenizer.json"),
         "hyperparameters": asdict(hp),
-        "architecture": {k: getattr(config, k) for k in ("vocab_size", "hidden_size", "intermediate_size",
-                                                           "num_hidden_layers", "num_attention_heads",
-                                                           "num_key_value_heads", "head_dim",
-                                                           "max_position_embeddings", "tie_word_embeddings")},
+        "architecture": {
+            k: getattr(config, k)
+            for k in (
+                "vocab_size",
+                "hidden_size",
+                "intermediate_size",
+                "num_hidden_layers",
+                "num_attention_heads",
+                "num_key_value_heads",
+                "head_dim",
+                "max_position_embeddings",
+                "tie_word_embeddings",
+            )
+        },
         "parameters": n_params,
-        "finetune_stages": [[dict(rounds=r, distractors=d, max_doc_chars=c) for r, d, c in st] for st in FINETUNE_STAGES],
+        "finetune_stages": [
+            [dict(rounds=r, distractors=d, max_doc_chars=c) for r, d, c in st] for st in FINETUNE_STAGES
+        ],
         "finetune_traces": n_traces,
         "steps": {"pretrain": hp.pretrain_steps, "finetune": hp.finetune_steps},
         "tokens_seen": {"pretrain": hp.pretrain_steps * hp.pretrain_batch * hp.pretrain_len, "finetune": ft_tokens},
-        "wall_s": {"pretrain": round(pretrain_s, 1), "finetune": round(finetune_s, 1), "eval": round(eval_s, 1),
-                   "total": round(time.time() - t0, 1)},
+        "wall_s": {
+            "pretrain": round(pretrain_s, 1),
+            "finetune": round(finetune_s, 1),
+            "eval": round(eval_s, 1),
+            "total": round(time.time() - t0, 1),
+        },
         "device": f"cpu ({hp.threads} threads)",
         "wikitext2_perplexity": ppl,
         "held_out_traces": {"seed": hp.seed, "splits": SPLIT_GROUPS, **held_out},

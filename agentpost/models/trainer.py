@@ -25,7 +25,7 @@ def lm_loss(model, ids: torch.Tensor, weights: torch.Tensor | None = None) -> to
 def random_windows(ids: np.ndarray, rng: np.random.Generator, batch: int, length: int) -> torch.Tensor:
     """``batch`` windows of ``length`` tokens at uniform random starts of the stream ``ids``."""
     starts = rng.integers(0, len(ids) - length, size=batch)
-    return torch.tensor(np.stack([ids[s:s + length] for s in starts]), dtype=torch.long)
+    return torch.tensor(np.stack([ids[s : s + length] for s in starts]), dtype=torch.long)
 
 
 def optimizer_step(model, opt, loss: torch.Tensor, clip: float) -> None:
@@ -43,13 +43,18 @@ def perplexity(model, ids: np.ndarray, length: int, n_words: int) -> dict:
     device = next(model.parameters()).device
     total, count = 0.0, 0
     for s in range(0, len(ids) - 1, length):
-        chunk = torch.tensor(ids[s:s + length + 1], dtype=torch.long, device=device)[None]
+        chunk = torch.tensor(ids[s : s + length + 1], dtype=torch.long, device=device)[None]
         if chunk.shape[1] < 2:
             break
         logits = model(input_ids=chunk[:, :-1]).logits
         total += F.cross_entropy(logits[0], chunk[0, 1:], reduction="sum").item()
         count += chunk.shape[1] - 1
-    return {"token_ppl": math.exp(total / count), "word_ppl": math.exp(total / n_words), "tokens": count, "words": n_words}
+    return {
+        "token_ppl": math.exp(total / count),
+        "word_ppl": math.exp(total / n_words),
+        "tokens": count,
+        "words": n_words,
+    }
 
 
 def save_checkpoint(model, tokenizer, out_dir) -> dict:

@@ -57,8 +57,9 @@ def segment_ids(length: int, recent_len: int, mid_len: int, strides=(1, 16, 64))
     return torch.cat([torch.full((c,), seg, dtype=torch.long) for seg, c in zip((FAR, MID, RECENT), counts)])
 
 
-def pool_blocks(x: torch.Tensor, mask: torch.Tensor, stride: int, *, pool: str = "mean",
-                attn: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+def pool_blocks(
+    x: torch.Tensor, mask: torch.Tensor, stride: int, *, pool: str = "mean", attn: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Pool consecutive blocks of ``stride`` positions of ``x`` (B, n, d), blocks counted back from the newest end.
 
     ``mean``: z = sum_k m_k e_k / sum_k m_k. ``attentive``: z = sum_k softmax_k(w^T e_k) e_k over real positions
@@ -89,13 +90,25 @@ def pool_blocks(x: torch.Tensor, mask: torch.Tensor, stride: int, *, pool: str =
     return z, any_real
 
 
-def compress(x: torch.Tensor, mask: torch.Tensor, recent_len: int, mid_len: int, strides=(1, 16, 64), *,
-             pool: str = "mean", attn: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+def compress(
+    x: torch.Tensor,
+    mask: torch.Tensor,
+    recent_len: int,
+    mid_len: int,
+    strides=(1, 16, 64),
+    *,
+    pool: str = "mean",
+    attn: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """``Z`` and its token mask for a window ``x`` (B, L, d) with ``mask`` (B, L) True at real positions."""
     if x.dim() != 3 or mask.shape != x.shape[:2]:
         raise ValueError(f"x must be (B, L, d) and mask (B, L); got {tuple(x.shape)} and {tuple(mask.shape)}")
     s_r, s_m, s_f = _check_strides(strides)
     f, m, r = segment_lengths(x.shape[1], recent_len, mid_len)
-    parts = [(x[:, :f], mask[:, :f], s_f), (x[:, f:f + m], mask[:, f:f + m], s_m), (x[:, f + m:], mask[:, f + m:], s_r)]
+    parts = [
+        (x[:, :f], mask[:, :f], s_f),
+        (x[:, f : f + m], mask[:, f : f + m], s_m),
+        (x[:, f + m :], mask[:, f + m :], s_r),
+    ]
     zs, ms = zip(*(pool_blocks(xx, mm, s, pool=pool, attn=attn) if s > 1 else (xx, mm) for xx, mm, s in parts))
     return torch.cat(zs, dim=1), torch.cat(ms, dim=1)

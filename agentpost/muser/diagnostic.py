@@ -24,8 +24,19 @@ from tqdm.auto import tqdm
 from agentpost.muser.model import MuSeRConfig
 from agentpost.muser.train import TrainConfig, evaluate, popularity_metrics, train_model
 
-ARMS = ("recent_single", "multi", "compression", "semantic", "ortho", "full", "sasrec", "comirec", "popularity",
-        "uncompressed", "semantic_year")
+ARMS = (
+    "recent_single",
+    "multi",
+    "compression",
+    "semantic",
+    "ortho",
+    "full",
+    "sasrec",
+    "comirec",
+    "popularity",
+    "uncompressed",
+    "semantic_year",
+)
 #: Item text each text-fused arm embeds (:func:`item_texts`). ``semantic_year`` is the ``semantic`` arm with the
 #: release year as its only text: a recency control (does the text help beyond telling the model how new a movie is?).
 TEXT_MODE = {"semantic": "full", "ortho": "full", "full": "full", "semantic_year": "year"}
@@ -33,25 +44,48 @@ TEXT_MODES = ("full", "year")
 _YEAR = re.compile(r"\((\d{4})\)\s*$")
 
 
-def arm_config(arm: str, base: MuSeRConfig, *, num_interests: int, ortho_lambda: float,
-               align_weight: float) -> MuSeRConfig | None:
+def arm_config(
+    arm: str, base: MuSeRConfig, *, num_interests: int, ortho_lambda: float, align_weight: float
+) -> MuSeRConfig | None:
     """The config of one arm from the shared ``base`` (``popularity`` has none)."""
     if arm not in ARMS:
         raise ValueError(f"unknown arm {arm!r}; known: {', '.join(ARMS)}")
     if arm == "popularity":
         return None
     if arm == "sasrec":
-        return replace(base, kind="sasrec", num_interests=1, use_long=True, semantic=False, ortho_lambda=0.0,
-                       align_weight=0.0, split_serving=False)
+        return replace(
+            base,
+            kind="sasrec",
+            num_interests=1,
+            use_long=True,
+            semantic=False,
+            ortho_lambda=0.0,
+            align_weight=0.0,
+            split_serving=False,
+        )
     if arm == "comirec":
-        return replace(base, kind="comirec_sa", num_interests=num_interests, use_long=True, semantic=False,
-                       ortho_lambda=0.0, align_weight=0.0, split_serving=False)
+        return replace(
+            base,
+            kind="comirec_sa",
+            num_interests=num_interests,
+            use_long=True,
+            semantic=False,
+            ortho_lambda=0.0,
+            align_weight=0.0,
+            split_serving=False,
+        )
     if arm == "uncompressed":
         return replace(base, use_long=True, num_interests=num_interests, strides=(1, 1, 1))
     steps = ARMS.index("semantic" if arm == "semantic_year" else arm)
-    return replace(base, use_long=steps >= 2, num_interests=1 if steps == 0 else num_interests,
-                   semantic=steps >= 3, ortho_lambda=ortho_lambda if steps >= 4 else 0.0,
-                   align_weight=align_weight if steps >= 5 else 0.0, split_serving=steps >= 5)
+    return replace(
+        base,
+        use_long=steps >= 2,
+        num_interests=1 if steps == 0 else num_interests,
+        semantic=steps >= 3,
+        ortho_lambda=ortho_lambda if steps >= 4 else 0.0,
+        align_weight=align_weight if steps >= 5 else 0.0,
+        split_serving=steps >= 5,
+    )
 
 
 def history_lengths(split) -> np.ndarray:
@@ -67,8 +101,13 @@ def history_length_table(splits: dict, thresholds: dict) -> pd.DataFrame:
     rows = []
     for label, split in splits.items():
         lens = history_lengths(split)
-        row = {"data": label, "evaluated users": len(lens), "median": float(np.median(lens)),
-               "p90": float(np.percentile(lens, 90)), "max": int(lens.max())}
+        row = {
+            "data": label,
+            "evaluated users": len(lens),
+            "median": float(np.median(lens)),
+            "p90": float(np.percentile(lens, 90)),
+            "max": int(lens.max()),
+        }
         for name, length in thresholds.items():
             row[f"users > {name}"] = int((lens > length).sum())
             row[f"share > {name}"] = round(float((lens > length).mean()), 4)
@@ -102,9 +141,21 @@ def semantic_fingerprint(data, mode: str = "full") -> str:
     return embedding_key(item_texts(data.movies, mode))[:16]
 
 
-def run_arms(arms, base: MuSeRConfig, tc: TrainConfig, split, seed: int, *, num_interests: int,
-             ortho_lambda: float, align_weight: float, semantic: dict | None = None, ks=(10, 50),
-             progress: bool = True, device="cpu") -> dict:
+def run_arms(
+    arms,
+    base: MuSeRConfig,
+    tc: TrainConfig,
+    split,
+    seed: int,
+    *,
+    num_interests: int,
+    ortho_lambda: float,
+    align_weight: float,
+    semantic: dict | None = None,
+    ks=(10, 50),
+    progress: bool = True,
+    device="cpu",
+) -> dict:
     """Train every arm once at ``seed`` and evaluate it: {arm: {"validation", "test": per-user metrics,
     "history", "wall_s", "updates", "checkpoint"}}. ``semantic`` maps a text mode (:data:`TEXT_MODE`) to its
     embedding matrix. ``popularity`` (training counts) makes no updates and starts from no weights. Learned arms
@@ -114,8 +165,10 @@ def run_arms(arms, base: MuSeRConfig, tc: TrainConfig, split, seed: int, *, num_
     for arm in tqdm(arms, desc="arms", disable=not progress, mininterval=5.0):
         cfg = arm_config(arm, base, num_interests=num_interests, ortho_lambda=ortho_lambda, align_weight=align_weight)
         if cfg is None:
-            res = {k: popularity_metrics(split.train, base.n_items, case.history, case.target, ks)
-                   for k, case in (("validation", split.validation), ("test", split.test))}
+            res = {
+                k: popularity_metrics(split.train, base.n_items, case.history, case.target, ks)
+                for k, case in (("validation", split.validation), ("test", split.test))
+            }
             out[arm] = {**res, "history": [], "wall_s": 0.0, "updates": 0, "checkpoint": "none (training counts)"}
             continue
         sem = None
@@ -124,8 +177,12 @@ def run_arms(arms, base: MuSeRConfig, tc: TrainConfig, split, seed: int, *, num_
             if sem is None:
                 raise ValueError(f"arm {arm!r} needs the semantic matrix of text mode {TEXT_MODE[arm]!r}")
         trained = train_model(cfg, tc, split.train, seed, sem, progress=False, device=device)
-        out[arm] = {"validation": evaluate(trained.model, split.validation.history, split.validation.target, ks=ks),
-                    "test": evaluate(trained.model, split.test.history, split.test.target, ks=ks),
-                    "history": trained.history, "wall_s": trained.wall_s, "updates": trained.updates,
-                    "checkpoint": trained.checkpoint}
+        out[arm] = {
+            "validation": evaluate(trained.model, split.validation.history, split.validation.target, ks=ks),
+            "test": evaluate(trained.model, split.test.history, split.test.target, ks=ks),
+            "history": trained.history,
+            "wall_s": trained.wall_s,
+            "updates": trained.updates,
+            "checkpoint": trained.checkpoint,
+        }
     return out

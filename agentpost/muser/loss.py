@@ -12,8 +12,9 @@ import torch.nn.functional as F
 NEGATIVES = ("in_batch", "sampled", "both", "full")
 
 
-def next_k_contrastive(pos: torch.Tensor, neg: torch.Tensor, pos_mask: torch.Tensor | None = None,
-                       neg_mask: torch.Tensor | None = None) -> torch.Tensor:
+def next_k_contrastive(
+    pos: torch.Tensor, neg: torch.Tensor, pos_mask: torch.Tensor | None = None, neg_mask: torch.Tensor | None = None
+) -> torch.Tensor:
     """-(1/K) sum_k log( exp s(u,i_k) / (exp s(u,i_k) + sum_{j in N} exp s(u,j)) ), mean over users.
 
     ``pos`` (B, K) scores of the next K items (``pos_mask`` False where a user has fewer than K left), ``neg``
@@ -25,7 +26,7 @@ def next_k_contrastive(pos: torch.Tensor, neg: torch.Tensor, pos_mask: torch.Ten
         raise ValueError(f"pos must be (B, K) and neg (B, J); got {tuple(pos.shape)}, {tuple(neg.shape)}")
     pos_mask = torch.ones_like(pos, dtype=torch.bool) if pos_mask is None else pos_mask
     neg_mask = torch.ones_like(neg, dtype=torch.bool) if neg_mask is None else neg_mask
-    neg_lse = torch.logsumexp(neg.masked_fill(~neg_mask, float("-inf")), dim=1, keepdim=True)   # (B, 1)
+    neg_lse = torch.logsumexp(neg.masked_fill(~neg_mask, float("-inf")), dim=1, keepdim=True)  # (B, 1)
     log_p = pos - torch.logaddexp(pos, neg_lse)
     w = pos_mask.to(pos.dtype)
     per_user = -(log_p * w).sum(1) / w.sum(1).clamp_min(1.0)

@@ -22,8 +22,14 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from agentpost.muser.compression import POOLS, RECENT, compress, segment_ids
-from agentpost.muser.interests import (INTEREST_AGGREGATIONS, ORTHO_FORMS, adaptive_score, interest_cosines,
-                                       masked_softmax, multi_query_interests)
+from agentpost.muser.interests import (
+    INTEREST_AGGREGATIONS,
+    ORTHO_FORMS,
+    adaptive_score,
+    interest_cosines,
+    masked_softmax,
+    multi_query_interests,
+)
 
 KINDS = ("muser", "sasrec", "comirec_sa")
 
@@ -33,14 +39,14 @@ class MuSeRConfig:
     """One arm of the ablation. Defaults follow the spec where it gives one (M = 6, strides 1/16/64, tau = 0.07)."""
 
     n_items: int
-    dim: int = 32                    # embedding size d
-    max_len: int = 200               # history window L (positions, newest kept)
-    recent_len: int = 20             # L_r raw recent positions
-    mid_len: int = 60                # L_m mid positions
-    strides: tuple = (1, 16, 64)     # pooling strides recent / mid / far
-    use_long: bool = True            # False: the recent segment only (no mid/far history)
-    pool: str = "mean"               # mean or attentive
-    num_interests: int = 6           # M
+    dim: int = 32  # embedding size d
+    max_len: int = 200  # history window L (positions, newest kept)
+    recent_len: int = 20  # L_r raw recent positions
+    mid_len: int = 60  # L_m mid positions
+    strides: tuple = (1, 16, 64)  # pooling strides recent / mid / far
+    use_long: bool = True  # False: the recent segment only (no mid/far history)
+    pool: str = "mean"  # mean or attentive
+    num_interests: int = 6  # M
     layers: int = 1
     heads: int = 2
     dropout: float = 0.1
@@ -48,18 +54,22 @@ class MuSeRConfig:
     interest_agg: str = "softmax"
     ortho_lambda: float = 0.0
     ortho_form: str = "normalized"
-    semantic: bool = False           # fuse MiniLM text semantics into item vectors
-    align_weight: float = 0.0        # weight of the ID-semantic InfoNCE alignment loss
-    split_serving: bool = False      # long / short encoded separately and fused by a gate (cacheable)
-    kind: str = "muser"              # muser, sasrec or comirec_sa
+    semantic: bool = False  # fuse MiniLM text semantics into item vectors
+    align_weight: float = 0.0  # weight of the ID-semantic InfoNCE alignment loss
+    split_serving: bool = False  # long / short encoded separately and fused by a gate (cacheable)
+    kind: str = "muser"  # muser, sasrec or comirec_sa
 
     def __post_init__(self):
         if self.kind not in KINDS:
             raise ValueError(f"kind must be one of {KINDS}, got {self.kind!r}")
-        if (self.pool not in POOLS or self.interest_agg not in INTEREST_AGGREGATIONS
-                or self.ortho_form not in ORTHO_FORMS):
-            raise ValueError(f"bad pool / interest_agg / ortho_form: {self.pool!r}, {self.interest_agg!r}, "
-                             f"{self.ortho_form!r}")
+        if (
+            self.pool not in POOLS
+            or self.interest_agg not in INTEREST_AGGREGATIONS
+            or self.ortho_form not in ORTHO_FORMS
+        ):
+            raise ValueError(
+                f"bad pool / interest_agg / ortho_form: {self.pool!r}, {self.interest_agg!r}, {self.ortho_form!r}"
+            )
         if self.dim % self.heads or self.num_interests < 1 or self.recent_len < 1 or self.max_len < self.recent_len:
             raise ValueError("need dim divisible by heads, num_interests >= 1, 1 <= recent_len <= max_len")
         if self.align_weight > 0 and not self.semantic:
@@ -106,8 +116,9 @@ class ItemEncoder(nn.Module):
 
 
 def _encoder(dim: int, heads: int, layers: int, dropout: float) -> nn.TransformerEncoder:
-    layer = nn.TransformerEncoderLayer(dim, heads, dim_feedforward=2 * dim, dropout=dropout, batch_first=True,
-                                       norm_first=True)
+    layer = nn.TransformerEncoderLayer(
+        dim, heads, dim_feedforward=2 * dim, dropout=dropout, batch_first=True, norm_first=True
+    )
     return nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
 
 
@@ -125,7 +136,7 @@ class MuSeR(nn.Module):
         seg = segment_ids(window, cfg.recent_len, cfg.mid_len, cfg.strides)
         self.register_buffer("seg", seg, persistent=False)
         self.n_long = int((seg != RECENT).sum())
-        self.pos = nn.Parameter(torch.randn(len(seg), cfg.dim) * 0.02)    # P: one learned vector per token slot
+        self.pos = nn.Parameter(torch.randn(len(seg), cfg.dim) * 0.02)  # P: one learned vector per token slot
         self.seg_emb = nn.Embedding(3, cfg.dim)
         nn.init.normal_(self.seg_emb.weight, std=0.02)
         self.pool_w = nn.Parameter(torch.zeros(cfg.dim)) if cfg.pool == "attentive" else None
@@ -138,15 +149,16 @@ class MuSeR(nn.Module):
         if hist.shape[1] != self.window:
             raise ValueError(f"history window must have {self.window} positions, got {hist.shape[1]}")
         c = self.cfg
-        z, zmask = compress(self.items(hist), hist > 0, c.recent_len, c.mid_len, c.strides, pool=c.pool,
-                            attn=self.pool_w)
+        z, zmask = compress(
+            self.items(hist), hist > 0, c.recent_len, c.mid_len, c.strides, pool=c.pool, attn=self.pool_w
+        )
         return z + self.pos + self.seg_emb(self.seg), zmask
 
     def encode(self, z: torch.Tensor, zmask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Interests of a token set; rows with no real token get zeros and ``has`` False."""
         has = zmask.any(1)
         safe = zmask.clone()
-        safe[~has, -1] = True                      # keeps attention finite; the row is zeroed below
+        safe[~has, -1] = True  # keeps attention finite; the row is zeroed below
         h = self.encoder(z, src_key_padding_mask=~safe)
         u = multi_query_interests(self.queries, h, safe)
         return u * has[:, None, None], has
@@ -194,8 +206,9 @@ class SASRec(nn.Module):
         b, n = hist.shape
         valid = hist > 0
         i = torch.arange(n, device=hist.device)
-        allowed = (i[None, :] <= i[:, None])[None] & (valid[:, None, :]
-                                                      | torch.eye(n, dtype=torch.bool, device=hist.device)[None])
+        allowed = (i[None, :] <= i[:, None])[None] & (
+            valid[:, None, :] | torch.eye(n, dtype=torch.bool, device=hist.device)[None]
+        )
         mask = torch.zeros(b, n, n, device=hist.device).masked_fill(~allowed, float("-inf"))
         mask = mask.repeat_interleave(self.cfg.heads, dim=0)
         h = self.encoder(self.items(hist) * self.cfg.dim**0.5 + self.pos, mask=mask)
@@ -236,7 +249,7 @@ class ComiRecSA(nn.Module):
         logits = self.w2(torch.tanh(self.w1(e + self.pos))).transpose(1, 2)
         valid = hist > 0
         safe = valid.clone()
-        safe[~valid.any(1), -1] = True             # an empty window keeps one entry (its item vector is zero)
+        safe[~valid.any(1), -1] = True  # an empty window keeps one entry (its item vector is zero)
         return masked_softmax(logits, safe[:, None, :].expand_as(logits))
 
     def forward(self, hist: torch.Tensor) -> torch.Tensor:

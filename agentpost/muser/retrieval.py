@@ -34,7 +34,7 @@ class IndexConfig:
     hnsw_m: int = 32
     ef_construction: int = 200
     ef_search: int = 64
-    candidates: int = 50            # items fetched per interest before the rerank
+    candidates: int = 50  # items fetched per interest before the rerank
 
     def __post_init__(self):
         if self.kind not in INDEXES:
@@ -70,8 +70,9 @@ class InterestRetriever:
 
     def set_search(self, *, ef_search: int | None = None, candidates: int | None = None) -> None:
         """Change the search breadth without rebuilding the index (both are search-time settings)."""
-        self.cfg = replace(self.cfg, ef_search=ef_search or self.cfg.ef_search,
-                           candidates=candidates or self.cfg.candidates)
+        self.cfg = replace(
+            self.cfg, ef_search=ef_search or self.cfg.ef_search, candidates=candidates or self.cfg.candidates
+        )
         if self.cfg.kind == "hnsw":
             self.index.hnsw.efSearch = self.cfg.ef_search
 

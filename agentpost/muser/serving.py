@@ -46,7 +46,7 @@ def refresh_lengths(n: np.ndarray, times: np.ndarray, n0: int, t_cut: int, polic
         raise ValueError(f"time interval must be >= 0, got {interval}")
     if interval == 0:
         return n.copy()
-    job = t_cut + np.floor((np.asarray(times) - t_cut) / interval) * interval      # latest job time <= request
+    job = t_cut + np.floor((np.asarray(times) - t_cut) / interval) * interval  # latest job time <= request
     k = np.arange(len(n))
     # actions i < k (the earlier requests' events) that happened at or before the job time
     return np.array([n0 + int(np.sum(times[:kk] <= job[kk])) for kk in k], dtype=np.int64)
@@ -57,11 +57,11 @@ class Replay:
     """Per-request records of a replay (same requests, same order, for every policy)."""
 
     users: np.ndarray
-    n: np.ndarray            # history length at each request
-    n0: np.ndarray           # history length of that user at the start of the period
+    n: np.ndarray  # history length at each request
+    n0: np.ndarray  # history length of that user at the start of the period
     times: np.ndarray
     targets: np.ndarray
-    histories: list[np.ndarray]   # full history at each request
+    histories: list[np.ndarray]  # full history at each request
 
 
 def build_replay(case, t_cut: int) -> Replay:
@@ -97,18 +97,24 @@ def cached_scores(model, histories: list[np.ndarray], r: np.ndarray) -> torch.Te
     return model.score(model.fuse(u_long, has_long, u_short), model.items.all_items())
 
 
-def replay_policy(model, rep: Replay, t_cut: int, policy: str, interval: float, *, batch_size: int = 512,
-                  ks=(10, 50)) -> dict:
+def replay_policy(
+    model, rep: Replay, t_cut: int, policy: str, interval: float, *, batch_size: int = 512, ks=(10, 50)
+) -> dict:
     """Online (cached) metrics per request, the compute saved and the mean staleness (n - r) of one policy."""
     if not getattr(model.cfg, "split_serving", False):
         raise ValueError("replay needs a model trained in the serving form (split_serving=True)")
     r = policy_lengths(rep, t_cut, policy, interval)
     ranks = []
     for s in range(0, len(r), batch_size):
-        h = rep.histories[s:s + batch_size]
-        sc = cached_scores(model, h, r[s:s + batch_size])
-        ranks.append(target_ranks(sc, torch.as_tensor(rep.targets[s:s + batch_size]), h))
+        h = rep.histories[s : s + batch_size]
+        sc = cached_scores(model, h, r[s : s + batch_size])
+        ranks.append(target_ranks(sc, torch.as_tensor(rep.targets[s : s + batch_size]), h))
     computations = len({(int(u), int(k)) for u, k in zip(rep.users, r)})
     ranks = np.concatenate(ranks)
-    return {"metrics": ranking_metrics(ranks, ks), "ranks": ranks, "compute_saved": 1 - computations / len(r),
-            "staleness_actions": float(np.mean(rep.n - r)), "r": r}
+    return {
+        "metrics": ranking_metrics(ranks, ks),
+        "ranks": ranks,
+        "compute_saved": 1 - computations / len(r),
+        "staleness_actions": float(np.mean(rep.n - r)),
+        "r": r,
+    }

@@ -33,9 +33,9 @@ class TrainConfig:
     epochs: int = 2
     batch_size: int = 256
     lr: float = 3e-3
-    next_k: int = 3                  # K positives per prefix
-    negatives: str = "both"          # in_batch, sampled, both or full
-    n_sampled: int = 256             # uniformly sampled negatives per batch (shared by its rows)
+    next_k: int = 3  # K positives per prefix
+    negatives: str = "both"  # in_batch, sampled, both or full
+    n_sampled: int = 256  # uniformly sampled negatives per batch (shared by its rows)
     align_tau: float = 0.1
 
     def __post_init__(self):
@@ -64,9 +64,9 @@ def windows(seqs: list[np.ndarray], users: np.ndarray, ends: np.ndarray, window:
     """(B, window) item ids: the ``window`` items before position ``ends`` of each user's sequence, left-padded."""
     out = np.zeros((len(users), window), dtype=np.int64)
     for r, (u, e) in enumerate(zip(users, ends)):
-        h = seqs[u][max(0, e - window):e]
+        h = seqs[u][max(0, e - window) : e]
         if len(h):
-            out[r, window - len(h):] = h
+            out[r, window - len(h) :] = h
     return out
 
 
@@ -86,13 +86,14 @@ def next_items(train: list[np.ndarray], users: np.ndarray, ends: np.ndarray, k: 
     """(B, k) items x_{t+1..t+k}; 0 where the sequence ends."""
     out = np.zeros((len(users), k), dtype=np.int64)
     for r, (u, e) in enumerate(zip(users, ends)):
-        nxt = train[u][e:e + k]
-        out[r, :len(nxt)] = nxt
+        nxt = train[u][e : e + k]
+        out[r, : len(nxt)] = nxt
     return out
 
 
-def batch_loss(model, hist: torch.Tensor, pos: torch.Tensor, cfg: MuSeRConfig, tc: TrainConfig,
-               gen: torch.Generator) -> tuple[torch.Tensor, dict]:
+def batch_loss(
+    model, hist: torch.Tensor, pos: torch.Tensor, cfg: MuSeRConfig, tc: TrainConfig, gen: torch.Generator
+) -> tuple[torch.Tensor, dict]:
     """Next-K contrastive loss (+ orthogonality + alignment) of one batch (on the device of ``hist``/``pos``; the
     sampled negatives are drawn from ``gen``, a CPU generator, and moved there)."""
     u = model(hist)
@@ -108,11 +109,11 @@ def batch_loss(model, hist: torch.Tensor, pos: torch.Tensor, cfg: MuSeRConfig, t
             parts.append(torch.randint(1, n + 1, (tc.n_sampled,), generator=gen).to(pos.device))
         neg_ids = torch.cat(parts)
     item_vecs = model.items(torch.cat([pos.reshape(-1), neg_ids]))
-    pos_vecs = item_vecs[:pos.numel()].view(*pos.shape, -1)
-    neg_vecs = item_vecs[pos.numel():]
+    pos_vecs = item_vecs[: pos.numel()].view(*pos.shape, -1)
+    neg_vecs = item_vecs[pos.numel() :]
     s_pos = model.score(u, pos_vecs)
     s_neg = model.score(u, neg_vecs)
-    neg_mask = ~(neg_ids[None, None, :] == pos[:, :, None]).any(1)     # a user's own positives are not negatives
+    neg_mask = ~(neg_ids[None, None, :] == pos[:, :, None]).any(1)  # a user's own positives are not negatives
     loss = next_k_contrastive(s_pos, s_neg, pos_mask, neg_mask)
     parts = {"next_k": loss.item()}
     if cfg.kind == "muser" and cfg.ortho_lambda > 0 and cfg.num_interests > 1:
@@ -139,8 +140,15 @@ class Trained(NamedTuple):
     checkpoint: str
 
 
-def train_model(cfg: MuSeRConfig, tc: TrainConfig, train: list[np.ndarray], seed: int, semantic=None,
-                progress: bool = True, device="cpu") -> Trained:
+def train_model(
+    cfg: MuSeRConfig,
+    tc: TrainConfig,
+    train: list[np.ndarray],
+    seed: int,
+    semantic=None,
+    progress: bool = True,
+    device="cpu",
+) -> Trained:
     """Train one arm from scratch at ``seed`` (initialisation, batch order and sampled negatives) on ``device``; the
     trained model stays there."""
     dev = resolve_device(device)
@@ -164,9 +172,10 @@ def train_model(cfg: MuSeRConfig, tc: TrainConfig, train: list[np.ndarray], seed
             order = rng.permutation(len(users))
             sums: dict[str, float] = {}
             for start in range(0, len(order), tc.batch_size):
-                idx = order[start:start + tc.batch_size]
-                loss, parts = batch_loss(model, torch.from_numpy(hist_all[idx]).to(dev),
-                                         torch.from_numpy(pos_all[idx]).to(dev), cfg, tc, gen)
+                idx = order[start : start + tc.batch_size]
+                loss, parts = batch_loss(
+                    model, torch.from_numpy(hist_all[idx]).to(dev), torch.from_numpy(pos_all[idx]).to(dev), cfg, tc, gen
+                )
                 opt.zero_grad()
                 loss.backward()
                 opt.step()
@@ -206,26 +215,28 @@ def ranking_metrics(ranks: np.ndarray, ks=(10, 50)) -> dict[str, np.ndarray]:
 
 
 @torch.no_grad()
-def evaluate(model, histories: list[np.ndarray], targets: np.ndarray, *, batch_size: int = 512,
-             ks=(10, 50)) -> dict[str, np.ndarray]:
+def evaluate(
+    model, histories: list[np.ndarray], targets: np.ndarray, *, batch_size: int = 512, ks=(10, 50)
+) -> dict[str, np.ndarray]:
     """Full-catalogue per-user metrics of a trained model, computed on the model's device."""
     dev = model_device(model)
     items = model.items.all_items()
     ranks = []
     for s in range(0, len(targets), batch_size):
-        h = histories[s:s + batch_size]
+        h = histories[s : s + batch_size]
         u = model(torch.from_numpy(history_windows(h, model.window)).to(dev))
-        ranks.append(target_ranks(model.score(u, items), torch.as_tensor(targets[s:s + batch_size]), h))
+        ranks.append(target_ranks(model.score(u, items), torch.as_tensor(targets[s : s + batch_size]), h))
     return ranking_metrics(np.concatenate(ranks), ks)
 
 
-def popularity_metrics(train: list[np.ndarray], n_items: int, histories: list[np.ndarray], targets: np.ndarray,
-                       ks=(10, 50)) -> dict[str, np.ndarray]:
+def popularity_metrics(
+    train: list[np.ndarray], n_items: int, histories: list[np.ndarray], targets: np.ndarray, ks=(10, 50)
+) -> dict[str, np.ndarray]:
     """Popularity baseline: score = training interaction count, same full-catalogue ranking."""
     counts = np.bincount(np.concatenate(train), minlength=n_items + 1)[1:].astype(np.float64)
     ranks = []
     for s in range(0, len(targets), 1024):
-        h = histories[s:s + 1024]
+        h = histories[s : s + 1024]
         sc = torch.from_numpy(np.tile(counts, (len(h), 1)))
-        ranks.append(target_ranks(sc, torch.as_tensor(targets[s:s + 1024]), h))
+        ranks.append(target_ranks(sc, torch.as_tensor(targets[s : s + 1024]), h))
     return ranking_metrics(np.concatenate(ranks), ks)

@@ -29,10 +29,15 @@ def interest_table(angle_deg: float, tau: float) -> pd.DataFrame:
         raise ValueError(f"tau must be > 0, got {tau}")
     cos = interest_cosines(INTERESTS, _candidates(angle_deg))  # (1, 2, 1)
     alpha = interest_weights(cos, tau)
-    return pd.DataFrame({"interest": ["u_1 = (1, 0)", "u_2 = (0, 1)"], "cos(u_m, e)": cos[0, :, 0].numpy(),
-                         "alpha_m": alpha[0, :, 0].numpy(),
-                         "score s (softmax)": float(adaptive_score(cos, tau)[0, 0]),
-                         "score s (max)": float(adaptive_score(cos, tau, "max")[0, 0])}).round(4)
+    return pd.DataFrame(
+        {
+            "interest": ["u_1 = (1, 0)", "u_2 = (0, 1)"],
+            "cos(u_m, e)": cos[0, :, 0].numpy(),
+            "alpha_m": alpha[0, :, 0].numpy(),
+            "score s (softmax)": float(adaptive_score(cos, tau)[0, 0]),
+            "score s (max)": float(adaptive_score(cos, tau, "max")[0, 0]),
+        }
+    ).round(4)
 
 
 def render(angle_deg: float, tau: float) -> list:

@@ -26,9 +26,11 @@ def arm_grid(base: ArmConfig, ema_decays=(0.3, 0.7), srcl_arms=("frozen", "dce")
     * ``<arm>_srcl`` for each arm of ``srcl_arms``: that arm with SRCL.
 
     Keys are snake_case (``ema_0p3``), for metric and arm names."""
-    arms = {"opsd": replace(base, teacher_mode="frozen", teacher_layout="user", srcl=False),
-            "frozen": replace(base, teacher_mode="frozen", srcl=False),
-            "dce": replace(base, teacher_mode="live", srcl=False)}
+    arms = {
+        "opsd": replace(base, teacher_mode="frozen", teacher_layout="user", srcl=False),
+        "frozen": replace(base, teacher_mode="frozen", srcl=False),
+        "dce": replace(base, teacher_mode="live", srcl=False),
+    }
     for d in ema_decays:
         arms[f"ema_{str(d).replace('.', 'p')}"] = replace(base, teacher_mode="ema", ema_decay=d, srcl=False)
     arms["periodic"] = replace(base, teacher_mode="periodic", srcl=False)
@@ -40,8 +42,20 @@ def arm_grid(base: ArmConfig, ema_decays=(0.3, 0.7), srcl_arms=("frozen", "dce")
     return arms
 
 
-def run_arms(model0, tok, train_items, eval_sets: dict, arms: dict[str, ArmConfig], seed: int, *, task=ARITHMETIC,
-             probe_pool=(), n_probe: int = 0, probe_every: int = 0, progress: bool = True) -> dict:
+def run_arms(
+    model0,
+    tok,
+    train_items,
+    eval_sets: dict,
+    arms: dict[str, ArmConfig],
+    seed: int,
+    *,
+    task=ARITHMETIC,
+    probe_pool=(),
+    n_probe: int = 0,
+    probe_every: int = 0,
+    progress: bool = True,
+) -> dict:
     """``{arm: {"eval": {split: per-item dict}, "log": training log, "wall_s": s}}``: every arm trained once at
     ``seed`` (one run = one seed) and scored on the same items of every split of ``eval_sets``; the probe's fixed
     incorrect trajectories are built from the first ``n_probe`` items of ``probe_pool``."""
@@ -52,8 +66,17 @@ def run_arms(model0, tok, train_items, eval_sets: dict, arms: dict[str, ArmConfi
     for a in tqdm(arms, desc=f"arms at seed {seed}", disable=not progress):
         cfg = arms[a]
         t0 = time.perf_counter()
-        student, log = train_arm(model0, tok, train_items, cfg, seed, task=task, probe_items=probe_items,
-                                 probe_every=probe_every, progress=False)
+        student, log = train_arm(
+            model0,
+            tok,
+            train_items,
+            cfg,
+            seed,
+            task=task,
+            probe_items=probe_items,
+            probe_every=probe_every,
+            progress=False,
+        )
         ev = {name: evaluate(student, tok, items, cfg.max_new_tokens, task) for name, items in eval_sets.items()}
         del student
         out[a] = {"eval": ev, "log": log, "wall_s": time.perf_counter() - t0}
@@ -67,8 +90,15 @@ def per_arm_table(results: dict, split: str) -> list[dict]:
     for a, r in results.items():
         log, ev = r["log"], r["eval"][split]
         tried = log["updates"] * log["config"]["batch"] if log["config"]["srcl"] else 0
-        rows.append({"arm": a, "accuracy": float(np.mean(ev["correct"])), "mean_tokens": float(np.mean(ev["length"])),
-                     "mean_nll": float(np.mean(ev["nll"])), "updates": log["updates"],
-                     "srcl_accepted": int(sum(log["accepted"])),
-                     "srcl_acceptance": sum(log["accepted"]) / tried if tried else float("nan")})
+        rows.append(
+            {
+                "arm": a,
+                "accuracy": float(np.mean(ev["correct"])),
+                "mean_tokens": float(np.mean(ev["length"])),
+                "mean_nll": float(np.mean(ev["nll"])),
+                "updates": log["updates"],
+                "srcl_accepted": int(sum(log["accepted"])),
+                "srcl_acceptance": sum(log["accepted"]) / tried if tried else float("nan"),
+            }
+        )
     return rows

@@ -22,8 +22,10 @@ def divergence(name: str, teacher_logits: torch.Tensor, student_logits: torch.Te
     """Per-position divergence ``name`` from logits; the teacher side is detached (stop-gradient, eq. 3)."""
     fn = DIVERGENCES.lookup(name)
     if teacher_logits.shape != student_logits.shape:
-        raise ValueError(f"teacher logits {tuple(teacher_logits.shape)} and student logits "
-                         f"{tuple(student_logits.shape)} must have the same shape")
+        raise ValueError(
+            f"teacher logits {tuple(teacher_logits.shape)} and student logits "
+            f"{tuple(student_logits.shape)} must have the same shape"
+        )
     t = torch.log_softmax(teacher_logits.detach().float(), -1)
     s = torch.log_softmax(student_logits.float(), -1)
     return fn(t, s)

@@ -65,8 +65,9 @@ def response_mask(responses: list[list[int]], eos_id: int, positions: str = "all
     return mask
 
 
-def restrict_support(teacher_logits: torch.Tensor, student_logits: torch.Tensor, kl_support: str = "full",
-                     topk: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+def restrict_support(
+    teacher_logits: torch.Tensor, student_logits: torch.Tensor, kl_support: str = "full", topk: int = 0
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Both logits on the support of the divergence (ambiguity 3): ``full`` unchanged; ``topk`` gathered at the
     teacher's ``topk`` largest logits per position (a softmax over them renormalises both distributions there)."""
     if kl_support not in KL_SUPPORTS:
@@ -74,15 +75,21 @@ def restrict_support(teacher_logits: torch.Tensor, student_logits: torch.Tensor,
     if kl_support == "full":
         return teacher_logits, student_logits
     if not 1 <= topk <= teacher_logits.shape[-1]:
-        raise ValueError(f"kl_support='topk' needs 1 <= topk <= vocabulary size {teacher_logits.shape[-1]}, "
-                         f"got {topk}")
+        raise ValueError(f"kl_support='topk' needs 1 <= topk <= vocabulary size {teacher_logits.shape[-1]}, got {topk}")
     idx = teacher_logits.detach().topk(topk, dim=-1).indices
     return teacher_logits.gather(-1, idx), student_logits.gather(-1, idx)
 
 
-def distill_loss(teacher_logits: torch.Tensor, student_logits: torch.Tensor, mask: torch.Tensor, *,
-                 divergence_name: str = "forward_kl", agg: str = "seq_mean_token_mean", kl_support: str = "full",
-                 topk: int = 0) -> torch.Tensor:
+def distill_loss(
+    teacher_logits: torch.Tensor,
+    student_logits: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    divergence_name: str = "forward_kl",
+    agg: str = "seq_mean_token_mean",
+    kl_support: str = "full",
+    topk: int = 0,
+) -> torch.Tensor:
     """L_G (eq. 4): per-position divergence(teacher, student) over the vocabulary (or the teacher's top-k tokens,
     :func:`restrict_support`), aggregated over ``mask``."""
     teacher_logits, student_logits = restrict_support(teacher_logits, student_logits, kl_support, topk)

@@ -42,8 +42,16 @@ def _mean_prob(model, tok, prompts: list[str], prefixes: list[str], target: str 
     return float(np.mean(out))
 
 
-def probe(model, tok, items, *, layout: str = "assistant", cue: str = "Wait",
-          roles: tuple[str, ...] = ("student", "teacher"), task=ARITHMETIC) -> dict[str, float]:
+def probe(
+    model,
+    tok,
+    items,
+    *,
+    layout: str = "assistant",
+    cue: str = "Wait",
+    roles: tuple[str, ...] = ("student", "teacher"),
+    task=ARITHMETIC,
+) -> dict[str, float]:
     """``{role}_p_eos`` and ``{role}_p_cue`` for each of ``roles`` (``student``: the problem only; ``teacher``: with
     the reference in ``layout``) on the fixed incorrect trajectories ``items`` (:func:`fixed_incorrect`)."""
     was = model.training

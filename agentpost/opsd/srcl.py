@@ -48,8 +48,16 @@ class Gates:
             raise ValueError(f"max_sentence_repeats must be >= 1, got {self.max_sentence_repeats}")
 
 
-GATE_NAMES = ("natural_eos", "max_tokens", "shorter", "no_reflection", "min_tokens", "final_box_correct",
-              "no_earlier_wrong_box", "no_repetition")
+GATE_NAMES = (
+    "natural_eos",
+    "max_tokens",
+    "shorter",
+    "no_reflection",
+    "min_tokens",
+    "final_box_correct",
+    "no_earlier_wrong_box",
+    "no_repetition",
+)
 
 
 def has_reflection(text: str, phrases=REFLECTION_PHRASES) -> bool:
@@ -57,8 +65,9 @@ def has_reflection(text: str, phrases=REFLECTION_PHRASES) -> bool:
     return any(re.search(rf"(?<!\w){re.escape(p)}(?!\w)", text, flags=re.IGNORECASE) for p in phrases)
 
 
-def gate_results(text: str, n_tokens: int, ended: bool, source_tokens: int, reference: str,
-                 gates: Gates = Gates()) -> dict[str, bool]:
+def gate_results(
+    text: str, n_tokens: int, ended: bool, source_tokens: int, reference: str, gates: Gates = Gates()
+) -> dict[str, bool]:
     """Each gate's pass/fail for one rewrite of ``n_tokens`` tokens (``ended``: finished with EOS)."""
     boxes = boxed_values(text)
     sentences = [s.strip() for s in re.split(r"(?<=[.!?])\s+", text) if s.strip()]

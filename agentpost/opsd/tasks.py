@@ -69,8 +69,10 @@ class GSM8KChat:
     name = "gsm8k"
     INSTRUCTION = "Please reason step by step, and put your final answer within \\boxed{}."
     TAU = "Now solve the problem in your own words, using the reference only to check your reasoning."
-    REFINE = ("Rewrite the previous answer more concisely, keeping every needed step, and put the final answer "
-              "within \\boxed{}.")
+    REFINE = (
+        "Rewrite the previous answer more concisely, keeping every needed step, and put the final answer "
+        "within \\boxed{}."
+    )
 
     def __init__(self, tokenizer):
         if not getattr(tokenizer, "chat_template", None):
@@ -78,8 +80,9 @@ class GSM8KChat:
         self.tokenizer = tokenizer
 
     def _chat(self, user: str) -> str:
-        return self.tokenizer.apply_chat_template([{"role": "user", "content": user}], tokenize=False,
-                                                  add_generation_prompt=True, enable_thinking=False)
+        return self.tokenizer.apply_chat_template(
+            [{"role": "user", "content": user}], tokenize=False, add_generation_prompt=True, enable_thinking=False
+        )
 
     def _question(self, p) -> str:
         return f"{p['question']}\n{self.INSTRUCTION}"

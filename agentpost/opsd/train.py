@@ -67,8 +67,10 @@ class ArmConfig:
         if self.teacher_layout not in A.LAYOUTS:
             raise ValueError(f"unknown teacher_layout {self.teacher_layout!r}; use one of {A.LAYOUTS}")
         if self.kl_support not in KL_SUPPORTS or (self.kl_support == "topk" and self.topk < 1):
-            raise ValueError(f"kl_support must be one of {KL_SUPPORTS} (topk >= 1 with 'topk'), got "
-                             f"{self.kl_support!r}, topk={self.topk}")
+            raise ValueError(
+                f"kl_support must be one of {KL_SUPPORTS} (topk >= 1 with 'topk'), got "
+                f"{self.kl_support!r}, topk={self.topk}"
+            )
         if self.lambda_g < 0 or self.lambda_s < 0:
             raise ValueError(f"loss weights must be >= 0, got lambda_g={self.lambda_g}, lambda_s={self.lambda_s}")
         for name in ("batch", "updates", "max_new_tokens"):
@@ -77,8 +79,12 @@ class ArmConfig:
 
     @property
     def name(self) -> str:
-        base = {"live": "DCE", "frozen": "frozen", "ema": f"EMA(d={self.ema_decay})",
-                "periodic": f"periodic(m={self.sync_every})"}[self.teacher_mode]
+        base = {
+            "live": "DCE",
+            "frozen": "frozen",
+            "ema": f"EMA(d={self.ema_decay})",
+            "periodic": f"periodic(m={self.sync_every})",
+        }[self.teacher_mode]
         return base + ("+SRCL" if self.srcl else "")
 
 
@@ -94,8 +100,18 @@ def _ids(tok, texts: list[str]) -> list[list[int]]:
     return [tok(t, add_special_tokens=False).input_ids for t in texts]
 
 
-def train_arm(model0, tok, train_items, cfg: ArmConfig, seed: int, *, task=ARITHMETIC, probe_items=(),
-              probe_every: int = 0, progress: bool = True) -> tuple[torch.nn.Module, dict]:
+def train_arm(
+    model0,
+    tok,
+    train_items,
+    cfg: ArmConfig,
+    seed: int,
+    *,
+    task=ARITHMETIC,
+    probe_items=(),
+    probe_every: int = 0,
+    progress: bool = True,
+) -> tuple[torch.nn.Module, dict]:
     """Train a copy of ``model0`` for ``cfg.updates`` steps on ``task``; returns the student and a log with
     per-step losses, SRCL acceptance, gate failure counts, the probe curve and ``updates`` (optimizer steps made)."""
     from tqdm.auto import tqdm
@@ -107,9 +123,18 @@ def train_arm(model0, tok, train_items, cfg: ArmConfig, seed: int, *, task=ARITH
     sync.start(student)
     opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=0.0)
     order = data_order(len(train_items), cfg, seed)
-    log = {"arm": cfg.name, "config": {k: v for k, v in asdict(cfg).items() if k != "gates"},
-           "gates": asdict(cfg.gates), "loss_g": [], "loss_s": [], "accepted": [], "rollout_tokens": [],
-           "gate_failures": {}, "probe": [], "updates": 0}
+    log = {
+        "arm": cfg.name,
+        "config": {k: v for k, v in asdict(cfg).items() if k != "gates"},
+        "gates": asdict(cfg.gates),
+        "loss_g": [],
+        "loss_s": [],
+        "accepted": [],
+        "rollout_tokens": [],
+        "gate_failures": {},
+        "probe": [],
+        "updates": 0,
+    }
 
     def do_probe(step):
         if probe_items:
@@ -123,33 +148,52 @@ def train_arm(model0, tok, train_items, cfg: ArmConfig, seed: int, *, task=ARITH
         items = [train_items[i] for i in order[k - 1]]
         student_prompts = _ids(tok, [task.student_prompt(e) for e in items])
         # rollouts are seeded by (seed, step): equal across arms wherever the students agree
-        rollouts = A.generate(student, tok, [task.student_prompt(e) for e in items], max_new_tokens=cfg.max_new_tokens,
-                              do_sample=True, temperature=cfg.train_temperature, seed=seed * 100_003 + k)
+        rollouts = A.generate(
+            student,
+            tok,
+            [task.student_prompt(e) for e in items],
+            max_new_tokens=cfg.max_new_tokens,
+            do_sample=True,
+            temperature=cfg.train_temperature,
+            seed=seed * 100_003 + k,
+        )
         resp = [r["ids"] for r in rollouts]
         with sync.as_teacher() as teacher:
-            t_logits, _ = response_logits(teacher, _ids(tok, [task.teacher_prompt(e, cfg.teacher_layout)
-                                                              for e in items]), resp, tok.pad_token_id)
+            t_logits, _ = response_logits(
+                teacher, _ids(tok, [task.teacher_prompt(e, cfg.teacher_layout) for e in items]), resp, tok.pad_token_id
+            )
         student.train()
         s_logits, _ = response_logits(student, student_prompts, resp, tok.pad_token_id)
         mask = response_mask(resp, tok.eos_token_id, cfg.dce_positions).to(s_logits.device)
-        loss_g = distill_loss(t_logits, s_logits, mask, divergence_name=cfg.divergence, agg=cfg.dce_agg,
-                              kl_support=cfg.kl_support, topk=cfg.topk)
+        loss_g = distill_loss(
+            t_logits,
+            s_logits,
+            mask,
+            divergence_name=cfg.divergence,
+            agg=cfg.dce_agg,
+            kl_support=cfg.kl_support,
+            topk=cfg.topk,
+        )
         loss = cfg.lambda_g * loss_g
         n_acc = 0
         if cfg.srcl:
-            rewrites = A.generate(student, tok, [task.refine_prompt(e, r["text"]) for e, r in zip(items, rollouts)],
-                                  max_new_tokens=cfg.max_new_tokens)
+            rewrites = A.generate(
+                student,
+                tok,
+                [task.refine_prompt(e, r["text"]) for e, r in zip(items, rollouts)],
+                max_new_tokens=cfg.max_new_tokens,
+            )
             accepted = []
             for e, r, c in zip(items, rollouts, rewrites):
-                gates = gate_results(c["text"], len(c["ids"]), c["eos"], len(r["ids"]), task.reference_answer(e),
-                                     cfg.gates)
+                gates = gate_results(
+                    c["text"], len(c["ids"]), c["eos"], len(r["ids"]), task.reference_answer(e), cfg.gates
+                )
                 for g, ok in gates.items():
                     log["gate_failures"][g] = log["gate_failures"].get(g, 0) + (not ok)
                 accepted.append(all(gates.values()))
             n_acc = sum(accepted)
             student.train()
-            c_logits, c_mask = response_logits(student, student_prompts, [c["ids"] for c in rewrites],
-                                               tok.pad_token_id)
+            c_logits, c_mask = response_logits(student, student_prompts, [c["ids"] for c in rewrites], tok.pad_token_id)
             targets = torch.zeros(c_mask.shape, dtype=torch.long, device=c_mask.device)
             for i, c in enumerate(rewrites):
                 targets[i, : len(c["ids"])] = torch.tensor(c["ids"], device=c_mask.device)
@@ -182,10 +226,11 @@ def reference_nll(model, tok, items, task=ARITHMETIC, batch_size: int = 64) -> l
     model.eval()
     out: list[float] = []
     for b in range(0, len(items), batch_size):
-        chunk = items[b:b + batch_size]
+        chunk = items[b : b + batch_size]
         resp = [ids + [tok.eos_token_id] for ids in _ids(tok, [task.reference_response(e) for e in chunk])]
-        logits, mask = response_logits(model, _ids(tok, [task.student_prompt(e) for e in chunk]), resp,
-                                       tok.pad_token_id)
+        logits, mask = response_logits(
+            model, _ids(tok, [task.student_prompt(e) for e in chunk]), resp, tok.pad_token_id
+        )
         targets = torch.zeros(mask.shape, dtype=torch.long, device=mask.device)
         for i, r in enumerate(resp):
             targets[i, : len(r)] = torch.tensor(r, device=mask.device)
@@ -200,8 +245,10 @@ def evaluate(model, tok, items, max_new_tokens: int, task=ARITHMETIC) -> dict:
     response length (tokens, including EOS); and per item the NLL of the reference response
     (:func:`reference_nll`)."""
     outs = A.generate(model, tok, [task.student_prompt(e) for e in items], max_new_tokens=max_new_tokens)
-    return {"correct": [float(task.is_correct(o["text"], e)) for o, e in zip(outs, items)],
-            "length": [float(len(o["ids"])) for o in outs],
-            "eos": [float(o["eos"]) for o in outs],
-            "nll": reference_nll(model, tok, items, task),
-            "examples": [o["text"] for o in outs[:3]]}
+    return {
+        "correct": [float(task.is_correct(o["text"], e)) for o, e in zip(outs, items)],
+        "length": [float(len(o["ids"])) for o in outs],
+        "eos": [float(o["eos"]) for o in outs],
+        "nll": reference_nll(model, tok, items, task),
+        "examples": [o["text"] for o in outs[:3]],
+    }

@@ -25,8 +25,12 @@ def teacher_weights(updates: int, ema_decay: float, sync_every: int) -> pd.DataF
     (every ``sync_every``) teachers, next to the student's theta_S."""
     if updates < 1:
         raise ValueError(f"updates must be >= 1, got {updates}")
-    policies = {"frozen": {}, "live": {}, f"ema d={ema_decay:g}": {"ema_decay": ema_decay},
-                f"periodic m={sync_every}": {"sync_every": sync_every}}
+    policies = {
+        "frozen": {},
+        "live": {},
+        f"ema d={ema_decay:g}": {"ema_decay": ema_decay},
+        f"periodic m={sync_every}": {"sync_every": sync_every},
+    }
     columns = {"update": list(range(updates + 1)), "student": [float(k + 1) for k in range(updates + 1)]}
     for label, kw in policies.items():
         student, sync = _OneParam(), make_sync(label.split()[0], **kw)
@@ -47,8 +51,14 @@ def render(updates: int, ema_decay: float, sync_every: int) -> list:
     fig = fixed_figure(5.2, 2.8, left=0.11, right=0.98, bottom=0.16, top=0.97)
     ax = fig.add_subplot()
     for column in table.columns[1:]:
-        ax.plot(table["update"], table[column], drawstyle="steps-post" if column.startswith("periodic") else "default",
-                lw=2.5 if column == "student" else 1.5, ls=":" if column == "student" else "-", label=column)
+        ax.plot(
+            table["update"],
+            table[column],
+            drawstyle="steps-post" if column.startswith("periodic") else "default",
+            lw=2.5 if column == "student" else 1.5,
+            ls=":" if column == "student" else "-",
+            label=column,
+        )
     ax.set_xlabel("update k")
     ax.set_ylabel("teacher weight θ_T")
     ax.legend(fontsize=7)

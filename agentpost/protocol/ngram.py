@@ -113,8 +113,4 @@ def per_article_components(counts: NgramCounts, split: str) -> list[np.ndarray]:
 def lambda_grid(step: float = 0.1) -> list[tuple[float, float, float]]:
     """All (λ1, λ2, λ3) on a simplex grid with λ1 ≥ step."""
     n = round(1 / step)
-    return [
-        (i * step, j * step, round(1 - (i + j) * step, 10))
-        for i in range(1, n + 1)
-        for j in range(0, n + 1 - i)
-    ]
+    return [(i * step, j * step, round(1 - (i + j) * step, 10)) for i in range(1, n + 1) for j in range(0, n + 1 - i)]

@@ -9,5 +9,13 @@ from agentpost.record.environment import show_device
 from agentpost.record.recording import glue, glue_figure, glue_paired, glue_table
 from agentpost.record.outcomes import arm_facts, fingerprint, record_outcomes
 
-__all__ = ["arm_facts", "fingerprint", "glue", "glue_figure", "glue_paired", "glue_table", "record_outcomes",
-           "show_device"]
+__all__ = [
+    "arm_facts",
+    "fingerprint",
+    "glue",
+    "glue_figure",
+    "glue_paired",
+    "glue_table",
+    "record_outcomes",
+    "show_device",
+]

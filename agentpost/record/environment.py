@@ -50,13 +50,28 @@ def device_info(device=None) -> dict:
     import torch
 
     kind = torch.device(device).type if device is not None else ("cuda" if torch.cuda.is_available() else "cpu")
-    info: dict = {"kind": "cpu", "name": _cpu_model(), "count": os.cpu_count(), "memory_bytes": None,
-                  "driver": None, "cuda": None, "capability": None, "machine": platform.machine()}
+    info: dict = {
+        "kind": "cpu",
+        "name": _cpu_model(),
+        "count": os.cpu_count(),
+        "memory_bytes": None,
+        "driver": None,
+        "cuda": None,
+        "capability": None,
+        "machine": platform.machine(),
+    }
     if kind == "cuda":
         index = torch.device(device).index if device is not None and torch.device(device).index is not None else 0
         props = torch.cuda.get_device_properties(index)
-        info.update(kind="cuda", name=props.name, count=torch.cuda.device_count(), memory_bytes=int(props.total_memory),
-                    cuda=torch.version.cuda, driver=_nvidia_driver(), capability=f"{props.major}.{props.minor}")
+        info.update(
+            kind="cuda",
+            name=props.name,
+            count=torch.cuda.device_count(),
+            memory_bytes=int(props.total_memory),
+            cuda=torch.version.cuda,
+            driver=_nvidia_driver(),
+            capability=f"{props.major}.{props.minor}",
+        )
     return info
 
 

@@ -82,8 +82,9 @@ def init_fingerprint(model: Any, seed: int) -> str:
     return fingerprint(layout, int(seed))
 
 
-def arm_facts(*, checkpoint: str, data_version: str, updates: int, max_new_tokens: int | None = None,
-              **extra: Any) -> dict:
+def arm_facts(
+    *, checkpoint: str, data_version: str, updates: int, max_new_tokens: int | None = None, **extra: Any
+) -> dict:
     """The facts of one arm as the run measured them (pass fingerprints and counters, never literals).
 
     ``checkpoint``: fingerprint of the weights the arm *started* from (both arms of a paired comparison start from
@@ -93,8 +94,15 @@ def arm_facts(*, checkpoint: str, data_version: str, updates: int, max_new_token
     """
     if not isinstance(updates, (int, np.integer)) or isinstance(updates, bool) or updates < 0:
         raise ValueError(f"arm_facts: updates must be a non-negative int (the steps actually made), got {updates!r}")
-    return _jsonable({"checkpoint": str(checkpoint), "data_version": str(data_version), "updates": int(updates),
-                      "max_new_tokens": max_new_tokens, **extra})
+    return _jsonable(
+        {
+            "checkpoint": str(checkpoint),
+            "data_version": str(data_version),
+            "updates": int(updates),
+            "max_new_tokens": max_new_tokens,
+            **extra,
+        }
+    )
 
 
 def _item_ids(items: Sequence[Hashable], n: int | None) -> list[str]:
@@ -108,16 +116,23 @@ def _item_ids(items: Sequence[Hashable], n: int | None) -> list[str]:
     return ids
 
 
-def outcomes_payload(metric: str, outcomes: Mapping[str, Any], *, items: Sequence[Hashable] | None,
-                     facts: Mapping[str, Mapping[str, Any]]) -> dict:
+def outcomes_payload(
+    metric: str,
+    outcomes: Mapping[str, Any],
+    *,
+    items: Sequence[Hashable] | None,
+    facts: Mapping[str, Mapping[str, Any]],
+) -> dict:
     """Checked scrap data for :func:`record_outcomes` (see the module docstring for its form)."""
     if not isinstance(metric, str) or not metric.isidentifier():
         raise ValueError(f"record_outcomes: metric must be a snake_case identifier, got {metric!r}")
     if not isinstance(outcomes, Mapping) or not outcomes:
         raise ValueError("record_outcomes: outcomes must map each arm name to its per-item values")
     if set(facts) != set(outcomes):
-        raise ValueError(f"record_outcomes: facts are needed for exactly the recorded arms; arms "
-                         f"{sorted(outcomes)} vs facts {sorted(facts)}")
+        raise ValueError(
+            f"record_outcomes: facts are needed for exactly the recorded arms; arms "
+            f"{sorted(outcomes)} vs facts {sorted(facts)}"
+        )
     ids: list[str] | None = None if items is None else _item_ids(items, None)
     arms: dict[str, list[float]] = {}
     for arm, values in outcomes.items():
@@ -132,8 +147,9 @@ def outcomes_payload(metric: str, outcomes: Mapping[str, Any], *, items: Sequenc
             values = [keyed[i] for i in ids]
         array = np.asarray(values, dtype=np.float64)
         if array.ndim != 1 or array.size == 0:
-            raise ValueError(f"record_outcomes: arm {arm!r} needs a non-empty 1-D list of per-item values, "
-                             f"got shape {array.shape}")
+            raise ValueError(
+                f"record_outcomes: arm {arm!r} needs a non-empty 1-D list of per-item values, got shape {array.shape}"
+            )
         if not np.isfinite(array).all():
             raise ValueError(f"record_outcomes: arm {arm!r} has non-finite values")
         if ids is None:
@@ -170,8 +186,13 @@ def outcomes_html(data: dict) -> str:
     return f'<pre class="{HTML_CLASS}">{html.escape(outcomes_text(data))}</pre>'
 
 
-def record_outcomes(metric: str, outcomes: Mapping[str, Any], *, facts: Mapping[str, Mapping[str, Any]],
-                    items: Sequence[Hashable] | None = None) -> None:
+def record_outcomes(
+    metric: str,
+    outcomes: Mapping[str, Any],
+    *,
+    facts: Mapping[str, Mapping[str, Any]],
+    items: Sequence[Hashable] | None = None,
+) -> None:
     """Record this run's per-item outcomes of every arm on ``metric`` (one seed = one replication).
 
     ``outcomes`` maps each arm to its per-item values, either a sequence aligned with ``items`` (stable item ids:
@@ -182,5 +203,9 @@ def record_outcomes(metric: str, outcomes: Mapping[str, Any], *, facts: Mapping[
     data = outcomes_payload(metric, outcomes, items=items, facts=facts)
     name = PREFIX + metric
     scrap = {"name": name, "data": data, "encoder": "json", "version": 1}
-    _display({SCRAP_MIME: scrap, "text/plain": outcomes_text(data), "text/html": outcomes_html(data)}, name,
-             data=True, kind="result")
+    _display(
+        {SCRAP_MIME: scrap, "text/plain": outcomes_text(data), "text/html": outcomes_html(data)},
+        name,
+        data=True,
+        kind="result",
+    )

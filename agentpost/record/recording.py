@@ -172,8 +172,9 @@ def rendering_problem(bundle: dict, metadata: dict | None = None) -> str | None:
     import pandas as pd
 
     keys = sorted({str(k) for row in data or [] for k in row})
-    columns = list((metadata or {}).get("agentpost", {}).get("columns")
-                   or [c for c in _html_columns(shown_html) if c in keys])  # (a columns' name is a header cell too)
+    columns = list(
+        (metadata or {}).get("agentpost", {}).get("columns") or [c for c in _html_columns(shown_html) if c in keys]
+    )  # (a columns' name is a header cell too)
     if data and sorted(columns) != keys:
         return f"its recorded columns {columns[:8]} are not its data's {keys[:8]}"
     rows = [{k: _NON_FINITE.get(v, v) if isinstance(v, str) else v for k, v in row.items()} for row in data or []]
@@ -226,8 +227,13 @@ def glue_table(name: str, frame: Any, kind: str = "result") -> None:
     scrap = {"name": name, "data": records, "encoder": "json", "version": 1}
     html = frame.to_html(index=False, float_format=lambda x: f"{x:.{TEXT_DIGITS}g}", border=0)
     plain = table_text(frame)
-    _display({SCRAP_MIME: scrap, "text/html": html, "text/plain": plain}, name, data=True, kind=kind,
-             columns=[str(c) for c in frame.columns])
+    _display(
+        {SCRAP_MIME: scrap, "text/html": html, "text/plain": plain},
+        name,
+        data=True,
+        kind=kind,
+        columns=[str(c) for c in frame.columns],
+    )
 
 
 def glue_figure(name: str, figure: Any) -> None:
@@ -263,8 +269,10 @@ def glue_paired(name: str, result: Any) -> None:
     render in one table form; the cell shows the result's one-line summary.
     """
     if not hasattr(result, "as_dict") or not hasattr(result, "summary"):
-        raise TypeError(f"glue_paired: {name!r} needs a PairedResult from agentpost.stats.paired.compare, "
-                        f"got {type(result).__name__}")
+        raise TypeError(
+            f"glue_paired: {name!r} needs a PairedResult from agentpost.stats.paired.compare, "
+            f"got {type(result).__name__}"
+        )
     if not isinstance(name, str) or not name.isidentifier():
         raise ValueError(f"glue_paired: comparison name must be a snake_case identifier, got {name!r}")
     scrap = {"name": name, "data": _jsonable(result.as_dict()), "encoder": "json", "version": 1}

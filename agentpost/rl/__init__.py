@@ -8,22 +8,56 @@ no dual clip unless a spec asks, k3 in the loss when KL is used, token_mean aggr
 """
 
 from agentpost.rl.advantages import (
-    ADVANTAGE_ESTIMATORS, dr_grpo_advantage, get_advantage, group_advantage, group_stats, register_advantage,
+    ADVANTAGE_ESTIMATORS,
+    dr_grpo_advantage,
+    get_advantage,
+    group_advantage,
+    group_stats,
+    register_advantage,
     rloo_advantage,
 )
 from agentpost.rl.divergence import DIVERGENCES, forward_kl, generalized_jsd, jsd, kl, reverse_kl
 from agentpost.rl.losses import (
-    AGGREGATIONS, EMPTY_ROWS, aggregate, clip_fraction, clipped_policy_loss, kl_estimate, policy_objective,
+    AGGREGATIONS,
+    EMPTY_ROWS,
+    aggregate,
+    clip_fraction,
+    clipped_policy_loss,
+    kl_estimate,
+    policy_objective,
     register_aggregation,
 )
 from agentpost.rl.segments import (
-    SegmentMismatch, broadcast_segment_values, broadcast_sequence_values, segment_ids,
+    SegmentMismatch,
+    broadcast_segment_values,
+    broadcast_sequence_values,
+    segment_ids,
 )
 
 __all__ = [
-    "ADVANTAGE_ESTIMATORS", "AGGREGATIONS", "DIVERGENCES", "EMPTY_ROWS", "SegmentMismatch", "aggregate",
-    "broadcast_segment_values", "broadcast_sequence_values", "clip_fraction", "clipped_policy_loss",
-    "dr_grpo_advantage", "forward_kl", "generalized_jsd", "get_advantage", "group_advantage", "group_stats", "jsd",
-    "kl", "kl_estimate", "policy_objective", "register_advantage", "register_aggregation", "reverse_kl",
-    "rloo_advantage", "segment_ids",
+    "ADVANTAGE_ESTIMATORS",
+    "AGGREGATIONS",
+    "DIVERGENCES",
+    "EMPTY_ROWS",
+    "SegmentMismatch",
+    "aggregate",
+    "broadcast_segment_values",
+    "broadcast_sequence_values",
+    "clip_fraction",
+    "clipped_policy_loss",
+    "dr_grpo_advantage",
+    "forward_kl",
+    "generalized_jsd",
+    "get_advantage",
+    "group_advantage",
+    "group_stats",
+    "jsd",
+    "kl",
+    "kl_estimate",
+    "policy_objective",
+    "register_advantage",
+    "register_aggregation",
+    "reverse_kl",
+    "rloo_advantage",
+    "segment_ids",
 ]

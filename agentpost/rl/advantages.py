@@ -24,7 +24,9 @@ def _as_inputs(rewards, group_ids) -> tuple[torch.Tensor, torch.Tensor]:
     r = torch.as_tensor(rewards, dtype=torch.float64) if not torch.is_tensor(rewards) else rewards.to(torch.float64)
     g = torch.as_tensor(group_ids) if not torch.is_tensor(group_ids) else group_ids
     if r.ndim != 1 or g.ndim != 1 or r.shape != g.shape:
-        raise ValueError(f"rewards and group_ids must be 1-D of equal length, got {tuple(r.shape)} and {tuple(g.shape)}")
+        raise ValueError(
+            f"rewards and group_ids must be 1-D of equal length, got {tuple(r.shape)} and {tuple(g.shape)}"
+        )
     if not torch.isfinite(r).all():
         raise ValueError("rewards contain non-finite values")
     return r, g

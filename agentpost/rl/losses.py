@@ -62,8 +62,7 @@ def _surrogate(
         raise ValueError(f"dual_clip_c must be > 1, got {dual_clip_c}")
     m = mask.to(logp.dtype)
     adv = masked(adv, mask)
-    log_ratio = torch.clamp(masked(masked(logp, mask) - masked(logp_old, mask), mask), -logratio_clamp,
-                            logratio_clamp)
+    log_ratio = torch.clamp(masked(masked(logp, mask) - masked(logp_old, mask), mask), -logratio_clamp, logratio_clamp)
     if ratio_level == "sequence":
         log_ratio = (log_ratio * m).sum(-1, keepdim=True) / m.sum(-1, keepdim=True).clamp_min(1.0) * m
     elif ratio_level == "segment":
@@ -80,8 +79,9 @@ def _surrogate(
     return masked(obj, mask), binds
 
 
-def policy_objective(logp: torch.Tensor, logp_old: torch.Tensor, adv: torch.Tensor, mask: torch.Tensor,
-                     **kwargs) -> torch.Tensor:
+def policy_objective(
+    logp: torch.Tensor, logp_old: torch.Tensor, adv: torch.Tensor, mask: torch.Tensor, **kwargs
+) -> torch.Tensor:
     """Per-token clipped surrogate objective (to be maximised; the loss is its negative), zero where mask = 0.
 
     l = min(rho A, clip(rho, 1-eps_low, 1+eps_high) A); with ``dual_clip_c`` = c > 1, for A < 0:
@@ -234,8 +234,17 @@ def clipped_policy_loss(
     Returns the scalar loss and detached parts (``pg_loss``, ``kl``, ``clip_frac``: :func:`clip_fraction` at
     the ratio level used).
     """
-    obj, binds = _surrogate(logp, logp_old, adv, mask, ratio_level=ratio_level, eps_low=eps_low,
-                            eps_high=eps_high, dual_clip_c=dual_clip_c, segment_ids=segment_ids)
+    obj, binds = _surrogate(
+        logp,
+        logp_old,
+        adv,
+        mask,
+        ratio_level=ratio_level,
+        eps_low=eps_low,
+        eps_high=eps_high,
+        dual_clip_c=dual_clip_c,
+        segment_ids=segment_ids,
+    )
     pg = -aggregate(obj, mask, agg_mode, **agg_kwargs)
     loss = pg
     kl_val = torch.zeros((), dtype=logp.dtype)

@@ -247,8 +247,13 @@ class RayBackend:
         if self.ray.is_initialized():
             return False
         try:
-            init_ray(address=self.address, runtime_env={"env_vars": _agentpost_environment()},
-                     include_dashboard=False, log_to_driver=False, logging_level="ERROR")
+            init_ray(
+                address=self.address,
+                runtime_env={"env_vars": _agentpost_environment()},
+                include_dashboard=False,
+                log_to_driver=False,
+                logging_level="ERROR",
+            )
         except (ConnectionError, RuntimeError, ValueError) as err:
             raise UsageError(f"--address {self.address}: cannot connect to a Ray cluster: {err}") from None
         return True
@@ -260,9 +265,11 @@ class RayBackend:
             cpus, gpus = spec.resources["num_cpus"], spec.resources["num_gpus"]
             if not any(n.get("CPU", 0) >= cpus and n.get("GPU", 0) >= gpus for n in nodes):
                 largest = max(((n.get("CPU", 0), n.get("GPU", 0)) for n in nodes), default=(0, 0))
-                raise UsageError(f"params/{spec.chapter}/{spec.profile}.yaml: a run asks for {cpus} CPU(s) and {gpus} "
-                                 f"GPU(s), but the largest node of the Ray cluster has {largest[0]:g} CPU(s) and "
-                                 f"{largest[1]:g} GPU(s)")
+                raise UsageError(
+                    f"params/{spec.chapter}/{spec.profile}.yaml: a run asks for {cpus} CPU(s) and {gpus} "
+                    f"GPU(s), but the largest node of the Ray cluster has {largest[0]:g} CPU(s) and "
+                    f"{largest[1]:g} GPU(s)"
+                )
 
     def submit(self, specs: list[RunSpec], *, jobs: int, progress: Progress | None = None) -> Iterator:
         if not specs:
@@ -276,9 +283,13 @@ class RayBackend:
             self._check_feasible(specs)
             task = ray.remote(max_calls=1)(_produce_remote)  # a fresh worker process per run, as locally
             for spec in specs:
-                ref = task.options(name=f"agentpost:{spec.chapter}:seed-{spec.seed}",
-                                   num_cpus=spec.resources["num_cpus"], num_gpus=spec.resources["num_gpus"],
-                                   max_retries=spec.max_retries, retry_exceptions=list(_retryable())).remote(spec, self.name)
+                ref = task.options(
+                    name=f"agentpost:{spec.chapter}:seed-{spec.seed}",
+                    num_cpus=spec.resources["num_cpus"],
+                    num_gpus=spec.resources["num_gpus"],
+                    max_retries=spec.max_retries,
+                    retry_exceptions=list(_retryable()),
+                ).remote(spec, self.name)
                 pending[ref] = spec
             while pending:
                 (ref,), _ = ray.wait(list(pending), num_returns=1)
@@ -286,8 +297,11 @@ class RayBackend:
                 try:
                     output = ray.get(ref)
                 except ray.exceptions.RayError as err:
-                    yield _lost(spec, f"no result after {spec.max_retries} retr{'y' if spec.max_retries == 1 else 'ies'}: "
-                                      f"{_describe_ray_error(err)}")
+                    yield _lost(
+                        spec,
+                        f"no result after {spec.max_retries} retr{'y' if spec.max_retries == 1 else 'ies'}: "
+                        f"{_describe_ray_error(err)}",
+                    )
                 else:
                     yield commit(output)
         finally:
@@ -317,8 +331,14 @@ class SlurmBackend:
         from agentpost.evidence.receipt import runs_root
 
         executor = self.submitit.AutoExecutor(folder=runs_root() / SLURM_LOGS / "%j", cluster=self.cluster)
-        options = {"name": "agentpost", "timeout_min": self.minutes, "cpus_per_task": int(resources["num_cpus"]),
-                   "gpus_per_node": int(resources["num_gpus"]), "tasks_per_node": 1, "nodes": 1}
+        options = {
+            "name": "agentpost",
+            "timeout_min": self.minutes,
+            "cpus_per_task": int(resources["num_cpus"]),
+            "gpus_per_node": int(resources["num_gpus"]),
+            "tasks_per_node": 1,
+            "nodes": 1,
+        }
         if self.partition:
             options["slurm_partition"] = self.partition
         executor.update_parameters(**options)
@@ -328,8 +348,10 @@ class SlurmBackend:
         for spec in specs:
             for key, value in spec.resources.items():
                 if value != int(value):
-                    raise UsageError(f"params/{spec.chapter}/{spec.profile}.yaml: resources.{key} is {value}; Slurm "
-                                     "allocates whole CPUs and GPUs (fractions are for --backend ray)")
+                    raise UsageError(
+                        f"params/{spec.chapter}/{spec.profile}.yaml: resources.{key} is {value}; Slurm "
+                        "allocates whole CPUs and GPUs (fractions are for --backend ray)"
+                    )
 
     def submit(self, specs: list[RunSpec], *, jobs: int, progress: Progress | None = None) -> Iterator:
         if not specs:
@@ -356,14 +378,20 @@ class SlurmBackend:
                     if error is None:
                         yield commit(job.result())
                     elif self._died(error) and attempt < spec.max_retries:
-                        print(f"{spec.chapter} seed {spec.seed}: job {job.job_id} died ({type(error).__name__}); "
-                              f"retry {attempt + 1} of {spec.max_retries}", file=sys.stderr)
+                        print(
+                            f"{spec.chapter} seed {spec.seed}: job {job.job_id} died ({type(error).__name__}); "
+                            f"retry {attempt + 1} of {spec.max_retries}",
+                            file=sys.stderr,
+                        )
                         pending[executor.submit(_produce_remote, spec, self.name)] = (spec, executor, attempt + 1)
                     else:
                         lines = [line for line in str(error).strip().splitlines() if line.strip()]
-                        yield _lost(spec, f"job {job.job_id} after {attempt} retr{'y' if attempt == 1 else 'ies'}: "
-                                          f"{type(error).__name__}: {lines[-1] if lines else ''}"[:300]
-                                          + f" (log: {job.paths.stderr})")
+                        yield _lost(
+                            spec,
+                            f"job {job.job_id} after {attempt} retr{'y' if attempt == 1 else 'ies'}: "
+                            f"{type(error).__name__}: {lines[-1] if lines else ''}"[:300]
+                            + f" (log: {job.paths.stderr})",
+                        )
         finally:
             for job in pending:
                 job.cancel(check=False)
@@ -377,8 +405,9 @@ class SlurmBackend:
 BACKENDS = ("local", "ray", "slurm")
 
 
-def make_backend(name: str, *, address: str | None = None, partition: str | None = None,
-                 minutes: int | None = None) -> Backend:
+def make_backend(
+    name: str, *, address: str | None = None, partition: str | None = None, minutes: int | None = None
+) -> Backend:
     """The backend the command line asked for, its options checked before any work (each culprit named)."""
     if name not in BACKENDS:
         raise UsageError(f"unknown backend {name!r}; available: {', '.join(BACKENDS)}")

@@ -45,14 +45,17 @@ class BatchInterrupted(KeyboardInterrupt):
     ``signum`` the signal (SIGINT for Ctrl-C)."""
 
     def __init__(self, finished: list[RunResult], total: int, signum: int = signal.SIGINT):
-        super().__init__(f"interrupted: {len(finished)} of {total} run(s) finished; the others were stopped and "
-                         "their temporary folders removed")
+        super().__init__(
+            f"interrupted: {len(finished)} of {total} run(s) finished; the others were stopped and "
+            "their temporary folders removed"
+        )
         self.finished, self.total, self.signum = finished, total, signum
 
 
 @contextlib.contextmanager
 def stop_signals_interrupt():
     """SIGTERM and SIGHUP raise :class:`Stopped` in the main thread while the block runs (then the old handlers)."""
+
     def stop(signum, frame):
         raise Stopped(signum)
 
@@ -77,8 +80,11 @@ def runs_lock(stream=sys.stderr):
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            print(f"agentpost: another batch is running in {root}; waiting for it to finish (Ctrl-C stops waiting)",
-                  file=stream, flush=True)
+            print(
+                f"agentpost: another batch is running in {root}; waiting for it to finish (Ctrl-C stops waiting)",
+                file=stream,
+                flush=True,
+            )
             fcntl.flock(fd, fcntl.LOCK_EX)
         yield
     finally:
@@ -101,8 +107,9 @@ def check_writable(specs: list[RunSpec]) -> None:
             raise UsageError(f"cannot write runs to {parent}: not writable")
 
 
-def run_batch(specs: list[RunSpec], *, jobs: int = 1, backend: str | Backend = "local", force: bool = False,
-              stream=sys.stderr) -> list[RunResult]:
+def run_batch(
+    specs: list[RunSpec], *, jobs: int = 1, backend: str | Backend = "local", force: bool = False, stream=sys.stderr
+) -> list[RunResult]:
     """Execute ``specs`` through ``backend`` (a name, or one made by :func:`agentpost.run.backends.make_backend`);
     runs with the same key that succeeded and validate are reused without starting a process. Returns results in
     spec order."""
@@ -128,8 +135,10 @@ def refuse_links(specs: list[RunSpec]) -> None:
         path = spec.folder
         while path != root and root in path.parents:
             if path.is_symlink():
-                raise UsageError(f"{path.relative_to(root.parent.parent).as_posix()} is a symbolic link; runs are never "
-                                 "read or written through links (remove it)")
+                raise UsageError(
+                    f"{path.relative_to(root.parent.parent).as_posix()} is a symbolic link; runs are never "
+                    "read or written through links (remove it)"
+                )
             path = path.parent
 
 
@@ -156,20 +165,35 @@ def _run_locked(specs: list[RunSpec], jobs: int, chosen: Backend, force: bool, s
                 for result in finishing:
                     results[(result.spec.chapter, result.spec.profile, result.spec.seed)] = result
                     cells.pop(result.spec, None)
-                    bar.set_postfix_str(", ".join([*cells.values(), f"{result.spec.chapter}/{result.spec.seed}: {result.status}"]))
+                    bar.set_postfix_str(
+                        ", ".join([*cells.values(), f"{result.spec.chapter}/{result.spec.seed}: {result.status}"])
+                    )
                     bar.update(1)
         except KeyboardInterrupt as stop:
             clear_interrupted(todo)
-            raise BatchInterrupted([results[(s.chapter, s.profile, s.seed)] for s in specs
-                                    if (s.chapter, s.profile, s.seed) in results], len(specs),
-                                   getattr(stop, "signum", signal.SIGINT)) from None
+            raise BatchInterrupted(
+                [results[(s.chapter, s.profile, s.seed)] for s in specs if (s.chapter, s.profile, s.seed) in results],
+                len(specs),
+                getattr(stop, "signum", signal.SIGINT),
+            ) from None
     return [results[(s.chapter, s.profile, s.seed)] for s in specs]
 
 
 def summary_table(results: list[RunResult]) -> str:
     rows = [("chapter", "profile", "kind", "seed", "status", "wall s", "metrics", "run")]
     for r in results:
-        rows.append((r.spec.chapter, r.spec.profile, r.spec.kind, str(r.spec.seed), r.status, f"{r.wall_s:.1f}", str(r.metrics), r.run_dir or "-"))
+        rows.append(
+            (
+                r.spec.chapter,
+                r.spec.profile,
+                r.spec.kind,
+                str(r.spec.seed),
+                r.status,
+                f"{r.wall_s:.1f}",
+                str(r.metrics),
+                r.run_dir or "-",
+            )
+        )
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))

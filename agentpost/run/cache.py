@@ -17,5 +17,10 @@ def cached_result(spec: RunSpec):
     report = check_run(spec.folder)
     if report.problems or report.receipt.get("status") != "ok":
         return None
-    return RunResult(spec, "cached", spec.folder.relative_to(project_root()).as_posix(), 0.0,
-                     metrics=len(report.receipt.get("metrics", {})))
+    return RunResult(
+        spec,
+        "cached",
+        spec.folder.relative_to(project_root()).as_posix(),
+        0.0,
+        metrics=len(report.receipt.get("metrics", {})),
+    )

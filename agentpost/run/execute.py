@@ -72,7 +72,7 @@ def reclaim_scratch() -> int:
     removed = 0
     for prefix in SCRATCH_PREFIXES:
         for path in Path(tempfile.gettempdir()).glob(f"{prefix}*-*"):
-            pid = path.name[len(prefix):].split("-")[0]
+            pid = path.name[len(prefix) :].split("-")[0]
             try:
                 if not pid.isdigit() or path.is_symlink() or path.stat().st_uid != os.getuid():
                     continue
@@ -132,9 +132,18 @@ class CellReportingEngine(NBClientEngine):
     probing the imported code after the last (:class:`ProbingClient`)."""
 
     @classmethod
-    def execute_managed_notebook(cls, nb_man, kernel_name, log_output=False, stdout_file=None, stderr_file=None,
-                                 start_timeout=60, execution_timeout=None, on_cell: CellCallback | None = None,
-                                 **kwargs):
+    def execute_managed_notebook(
+        cls,
+        nb_man,
+        kernel_name,
+        log_output=False,
+        stdout_file=None,
+        stderr_file=None,
+        start_timeout=60,
+        execution_timeout=None,
+        on_cell: CellCallback | None = None,
+        **kwargs,
+    ):
         if on_cell is not None:
             complete = nb_man.cell_complete
 
@@ -146,9 +155,17 @@ class CellReportingEngine(NBClientEngine):
         # papermill's own NBClientEngine.execute_managed_notebook does the same with its PapermillNotebookClient
         timeout = execution_timeout or kwargs.get("timeout")
         kwargs = {k: v for k, v in kwargs.items() if k not in ("input_path", "timeout", "startup_timeout")}
-        return ProbingClient(nb_man, timeout=timeout, startup_timeout=start_timeout,
-                             kernel_name=kernel_name, log=logger, log_output=log_output, stdout_file=stdout_file,
-                             stderr_file=stderr_file, **kwargs).execute()
+        return ProbingClient(
+            nb_man,
+            timeout=timeout,
+            startup_timeout=start_timeout,
+            kernel_name=kernel_name,
+            log=logger,
+            log_output=log_output,
+            stdout_file=stdout_file,
+            stderr_file=stderr_file,
+            **kwargs,
+        ).execute()
 
 
 papermill_engines.register("agentpost", CellReportingEngine)
@@ -158,8 +175,15 @@ class ForeignCode(RuntimeError):
     """The run's kernel imported agentpost from another folder than the code this process hashes."""
 
 
-def execute_papermill(source: Path, output: Path, *, parameters: dict | None = None, timeout_s: int | None = None,
-                      progress_bar: bool = False, on_cell: CellCallback | None = None) -> dict[str, str]:
+def execute_papermill(
+    source: Path,
+    output: Path,
+    *,
+    parameters: dict | None = None,
+    timeout_s: int | None = None,
+    progress_bar: bool = False,
+    on_cell: CellCallback | None = None,
+) -> dict[str, str]:
     """Execute ``source`` into ``output`` with papermill in the notebook's folder; raises papermill's errors.
 
     Returns ``{path relative to the code root: code hash}`` of the project files the kernel imported (empty when the
@@ -174,15 +198,26 @@ def execute_papermill(source: Path, output: Path, *, parameters: dict | None = N
         transport = Config({"KernelManager": {"transport": "ipc", "ip": os.path.join(sockets, "kernel")}})
         try:
             papermill.execute_notebook(
-                str(source), str(output), parameters=parameters, kernel_name="python3", cwd=str(source.parent),
-                progress_bar=progress_bar, request_save_on_cell_execute=False, execution_timeout=timeout_s,
-                engine_name="agentpost", on_cell=on_cell, config=transport, store_widget_state=False,
+                str(source),
+                str(output),
+                parameters=parameters,
+                kernel_name="python3",
+                cwd=str(source.parent),
+                progress_bar=progress_bar,
+                request_save_on_cell_execute=False,
+                execution_timeout=timeout_s,
+                engine_name="agentpost",
+                on_cell=on_cell,
+                config=transport,
+                store_widget_state=False,
             )
         finally:
             probe = _pop_imported_code(output)
     if probe and Path(probe.get("root", "")) != rc.code_root():
-        raise ForeignCode(f"the run's kernel imported agentpost from {probe.get('root')!r}, not from "
-                          f"{str(rc.code_root())!r} whose code this run records; run with one environment")
+        raise ForeignCode(
+            f"the run's kernel imported agentpost from {probe.get('root')!r}, not from "
+            f"{str(rc.code_root())!r} whose code this run records; run with one environment"
+        )
     return dict(probe.get("files", {})) if probe else {}
 
 
@@ -214,8 +249,9 @@ class InputsDiffer(RuntimeError):
     """A remote worker's checkout is not the one the run was planned in (its receipt would name the wrong inputs)."""
 
 
-def produce(spec: RunSpec, backend: str = "local", *, check_inputs: bool = False,
-            on_cell: CellCallback | None = None) -> RunOutput:
+def produce(
+    spec: RunSpec, backend: str = "local", *, check_inputs: bool = False, on_cell: CellCallback | None = None
+) -> RunOutput:
     """Execute ``spec`` by :func:`execute_papermill` in a scratch folder of this machine and return the notebook
     and receipt; ``on_cell`` is told each cell executed.
 
@@ -229,32 +265,56 @@ def produce(spec: RunSpec, backend: str = "local", *, check_inputs: bool = False
         here = rc.input_hashes(rc.source_notebook(spec.chapter), spec.parameters, chapter.datasets)
         differ = sorted(k for k in here if here[k] != spec.hashes.get(k))
         if differ:
-            raise InputsDiffer(f"{spec.chapter} seed {spec.seed}: this worker's {', '.join(differ)} differ from the "
-                               "planned run's; run the same checkout and data on every node")
+            raise InputsDiffer(
+                f"{spec.chapter} seed {spec.seed}: this worker's {', '.join(differ)} differ from the "
+                "planned run's; run the same checkout and data on every node"
+            )
     with tempfile.TemporaryDirectory(prefix=f"{SCRATCH_PREFIXES[0]}{os.getpid()}-") as scratch:
         out_nb = Path(scratch) / rc.NOTEBOOK_NAME
         started = datetime.now(timezone.utc)
         error, imported_code = None, {}
         try:
-            imported_code = execute_papermill(chapter.notebook, out_nb, parameters=spec.notebook_parameters(),
-                                              timeout_s=spec.timeout_s, on_cell=on_cell)
+            imported_code = execute_papermill(
+                chapter.notebook,
+                out_nb,
+                parameters=spec.notebook_parameters(),
+                timeout_s=spec.timeout_s,
+                on_cell=on_cell,
+            )
         except PapermillExecutionError as err:
-            error = {"cell_index": err.cell_index, "ename": err.ename, "evalue": desensitize_text(str(err.evalue))[:2000]}
+            error = {
+                "cell_index": err.cell_index,
+                "ename": err.ename,
+                "evalue": desensitize_text(str(err.evalue))[:2000],
+            }
         ended = datetime.now(timezone.utc)
         wall = (ended - started).total_seconds()  # one clock for start, end and wall time, even if it is stepped
         nb = sanitize_notebook(nbformat.read(out_nb, as_version=4))
     stored_nb, metrics, outcomes = run_store.compact(nb, read_scraps(nb))
     nb_text = nbformat.writes(nbformat.from_dict(stored_nb)) + "\n"
     receipt = rc.build(
-        chapter=spec.chapter, profile=spec.profile, kind=spec.kind, seed=spec.seed,
-        status="failed" if error else "ok", run_key=spec.run_key, error=error, overrides=spec.overrides,
+        chapter=spec.chapter,
+        profile=spec.profile,
+        kind=spec.kind,
+        seed=spec.seed,
+        status="failed" if error else "ok",
+        run_key=spec.run_key,
+        error=error,
+        overrides=spec.overrides,
         parameters=spec.notebook_parameters(),
         hashes={**spec.hashes, "output_notebook": sha256_bytes(nb_text.encode())},
-        packages=package_versions(), device=device_info(),
-        timing={"start": started.isoformat(timespec="seconds"),
-                "end": ended.isoformat(timespec="seconds"), "wall_s": round(wall, 2)},
+        packages=package_versions(),
+        device=device_info(),
+        timing={
+            "start": started.isoformat(timespec="seconds"),
+            "end": ended.isoformat(timespec="seconds"),
+            "wall_s": round(wall, 2),
+        },
         peak_memory={"host_rss_bytes": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024},
-        metrics=metrics, backend=backend, imported_code=imported_code, notebook_code=notebook_code_hash(nb),
+        metrics=metrics,
+        backend=backend,
+        imported_code=imported_code,
+        notebook_code=notebook_code_hash(nb),
         outcomes_sha256=None if outcomes is None else sha256_bytes(outcomes),
     )
     message = f"cell {error['cell_index']}: {error['ename']}: {error['evalue'][:200]}" if error else None
@@ -264,8 +324,10 @@ def produce(spec: RunSpec, backend: str = "local", *, check_inputs: bool = False
 def commit(output: RunOutput) -> RunResult:
     """Write a produced run into its folder: its files into ``.tmp-<name>``, then one rename into place (so a
     reader never sees half a run). Every backend commits through here, on the machine that holds the runs root."""
-    files = {rc.STORED_NOTEBOOK_NAME: run_store.stored_notebook_bytes(output.notebook_text),
-             rc.RECEIPT_NAME: output.receipt_text.encode()}
+    files = {
+        rc.STORED_NOTEBOOK_NAME: run_store.stored_notebook_bytes(output.notebook_text),
+        rc.RECEIPT_NAME: output.receipt_text.encode(),
+    }
     if output.outcomes is not None:
         files[run_store.OUTCOMES_NAME] = output.outcomes
     run_store.replace_run_folder(output.spec.folder, files)

@@ -67,8 +67,9 @@ class StrictLoader(yaml.SafeLoader):
         self._depth = getattr(self, "_depth", 0) + 1
         try:
             if self._depth > self.MAX_DEPTH:
-                raise yaml.composer.ComposerError(None, None, f"nested more than {self.MAX_DEPTH} levels deep",
-                                                  self.peek_event().start_mark)
+                raise yaml.composer.ComposerError(
+                    None, None, f"nested more than {self.MAX_DEPTH} levels deep", self.peek_event().start_mark
+                )
             return super().compose_node(parent, index)
         finally:
             self._depth -= 1
@@ -84,17 +85,26 @@ class StrictLoader(yaml.SafeLoader):
 
 
 StrictLoader.yaml_implicit_resolvers = {
-    first: [(tag, rx) for tag, rx in resolvers if tag not in ("tag:yaml.org,2002:int", "tag:yaml.org,2002:float",
-                                                               "tag:yaml.org,2002:bool")]
-    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}
-StrictLoader.add_implicit_resolver("tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"),
-                                   list("tTfF"))
-StrictLoader.add_implicit_resolver("tag:yaml.org,2002:int", re.compile(r"^(?:[-+]?[0-9]+|0o[0-7]+|0x[0-9a-fA-F]+)$"),
-                                   list("-+0123456789"))
+    first: [
+        (tag, rx)
+        for tag, rx in resolvers
+        if tag not in ("tag:yaml.org,2002:int", "tag:yaml.org,2002:float", "tag:yaml.org,2002:bool")
+    ]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+StrictLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF")
+)
+StrictLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:int", re.compile(r"^(?:[-+]?[0-9]+|0o[0-7]+|0x[0-9a-fA-F]+)$"), list("-+0123456789")
+)
 StrictLoader.add_implicit_resolver(
     "tag:yaml.org,2002:float",
-    re.compile(r"^(?:[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"),
-    list("-+0123456789."))
+    re.compile(
+        r"^(?:[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"
+    ),
+    list("-+0123456789."),
+)
 
 
 def _yaml_int(loader, node):
@@ -194,8 +204,10 @@ def literal_assignments(source: str, where: str) -> dict[str, Any]:
         try:
             values[name] = ast.literal_eval(node.value)
         except ValueError:
-            raise UsageError(f"{where}: parameter {name!r} = {ast.unparse(node.value)} is not a literal "
-                             "(write the value itself, e.g. 4000, not an expression)") from None
+            raise UsageError(
+                f"{where}: parameter {name!r} = {ast.unparse(node.value)} is not a literal "
+                "(write the value itself, e.g. 4000, not an expression)"
+            ) from None
     return values
 
 
@@ -261,8 +273,10 @@ def parse_declaration(comment: str, name: str = "?") -> Declared | None:
         return Declared(_bound(found_range["low"], name), _bound(found_range["high"], name))
     written = [comment.find(tag) for tag in ("(range:", "(choices:") if tag in comment]
     if written:
-        raise UsageError(f"parameter {name!r}: write its declaration as (range: LO..HI) or (choices: a | b), "
-                         f"not {comment[min(written):][:60]!r}")
+        raise UsageError(
+            f"parameter {name!r}: write its declaration as (range: LO..HI) or (choices: a | b), "
+            f"not {comment[min(written) :][:60]!r}"
+        )
     return None
 
 
@@ -280,8 +294,10 @@ def notebook_parameters(notebook: Path | Any, name: str | None = None) -> tuple[
 
     seen_by_papermill = {p.name: p.help for p in PythonTranslator.inspect(cell)}
     if set(seen_by_papermill) != set(defaults):
-        raise UsageError(f"{name}: papermill cannot parse the parameters {sorted(set(defaults) - set(seen_by_papermill))}"
-                         " (keep comments free of quotes and brackets)")
+        raise UsageError(
+            f"{name}: papermill cannot parse the parameters {sorted(set(defaults) - set(seen_by_papermill))}"
+            " (keep comments free of quotes and brackets)"
+        )
     declared = {}
     for key, comment in seen_by_papermill.items():
         try:
@@ -323,8 +339,14 @@ def _element_promoted(value: Any, default: Any) -> Any:
     return value
 
 
-def check_parameters(chapter: Chapter, parameters: dict, *, source: str, defaults: dict | None = None,
-                     declared: dict[str, Declared] | None = None) -> dict:
+def check_parameters(
+    chapter: Chapter,
+    parameters: dict,
+    *,
+    source: str,
+    defaults: dict | None = None,
+    declared: dict[str, Declared] | None = None,
+) -> dict:
     """Check names, types and declared ranges/choices against the notebook's parameters cell (read from it when
     not given); returns the parameters with ints promoted to float where due."""
     if defaults is None:
@@ -334,14 +356,22 @@ def check_parameters(chapter: Chapter, parameters: dict, *, source: str, default
     checked = {}
     for key, value in parameters.items():
         if key == "seed":
-            raise UsageError(f"{source}: 'seed' is set by the seed list (--seeds or the profile's `seeds:`), not as a parameter")
+            raise UsageError(
+                f"{source}: 'seed' is set by the seed list (--seeds or the profile's `seeds:`), not as a parameter"
+            )
         if key not in defaults:
             raise UsageError(f"{source}: unknown parameter {key!r} for {chapter.id} (known: {known})")
         default = defaults[key]
         if not _type_ok(value, default):
-            like = f"{type(default).__name__} of {type(default[0]).__name__}" if isinstance(default, list) and default else type(default).__name__
-            raise UsageError(f"{source}: parameter {key!r} must be {like} like its default {brief(default)}, "
-                             f"got {type(value).__name__} {brief(value)}")
+            like = (
+                f"{type(default).__name__} of {type(default[0]).__name__}"
+                if isinstance(default, list) and default
+                else type(default).__name__
+            )
+            raise UsageError(
+                f"{source}: parameter {key!r} must be {like} like its default {brief(default)}, "
+                f"got {type(value).__name__} {brief(value)}"
+            )
         if why := non_finite_problem(value, declared.get(key)):
             raise UsageError(f"{source}: parameter {key!r} = {brief(value)}: {why}")
         if key in declared and (why := declared[key].problem(value)):
@@ -355,8 +385,14 @@ def load_profile(chapter: Chapter, profile: str) -> dict:
     so nothing outside the repository is ever read or written through a profile name."""
     known = chapter.profiles
     if not isinstance(profile, str) or not PROFILE_NAME.match(profile) or profile not in known:
-        what = "is not a profile name (lower-case letters, digits, _ and -)" if not PROFILE_NAME.match(str(profile)) else "is not a profile"
-        raise UsageError(f"{chapter.id}: {profile!r} {what}; known profiles in params/{chapter.id}/: {', '.join(known) or 'none'}")
+        what = (
+            "is not a profile name (lower-case letters, digits, _ and -)"
+            if not PROFILE_NAME.match(str(profile))
+            else "is not a profile"
+        )
+        raise UsageError(
+            f"{chapter.id}: {profile!r} {what}; known profiles in params/{chapter.id}/: {', '.join(known) or 'none'}"
+        )
     path = chapter.profile_path(profile)
     where = f"params/{chapter.id}/{path.name}"
     if path.is_symlink() or not path.is_file():
@@ -371,15 +407,23 @@ def load_profile(chapter: Chapter, profile: str) -> dict:
         raise UsageError(f"{where}: cannot be read: {err.strerror}") from None
     raw = {} if raw is None else raw
     if not isinstance(raw, dict):
-        raise UsageError(f"{where}: must be a YAML mapping with keys {sorted(PROFILE_KEYS)}, got a {type(raw).__name__}")
+        raise UsageError(
+            f"{where}: must be a YAML mapping with keys {sorted(PROFILE_KEYS)}, got a {type(raw).__name__}"
+        )
     unknown = set(map(str, raw)) - PROFILE_KEYS
     if unknown:
-        raise UsageError(f"{where}: unknown profile keys {brief(sorted(unknown), 200)} (allowed: {sorted(PROFILE_KEYS)})")
+        raise UsageError(
+            f"{where}: unknown profile keys {brief(sorted(unknown), 200)} (allowed: {sorted(PROFILE_KEYS)})"
+        )
     if not isinstance(raw.get("parameters") or {}, dict):
-        raise UsageError(f"{where}: `parameters:` must be a mapping of name: value, got a {type(raw['parameters']).__name__}")
+        raise UsageError(
+            f"{where}: `parameters:` must be a mapping of name: value, got a {type(raw['parameters']).__name__}"
+        )
     timeout = raw.get("timeout_s")
     if timeout is not None and (not isinstance(timeout, int) or isinstance(timeout, bool) or timeout < 1):
-        raise UsageError(f"{where}: `timeout_s:` must be a positive number of seconds (an integer), got {brief(timeout)}")
+        raise UsageError(
+            f"{where}: `timeout_s:` must be a positive number of seconds (an integer), got {brief(timeout)}"
+        )
     placement(raw, where)
     return raw
 
@@ -392,7 +436,9 @@ def placement(raw: dict, source: str) -> tuple[dict, int]:
     """A profile's per-run ``resources`` (defaults filled in) and ``max_retries``, checked."""
     resources = raw.get("resources", {})
     if not isinstance(resources, dict):
-        raise UsageError(f"{source}: resources must be a mapping like {{num_cpus: 1, num_gpus: 0.5}}, got {brief(resources)}")
+        raise UsageError(
+            f"{source}: resources must be a mapping like {{num_cpus: 1, num_gpus: 0.5}}, got {brief(resources)}"
+        )
     unknown = sorted(map(str, set(resources) - set(RESOURCE_DEFAULTS)))
     if unknown:
         raise UsageError(f"{source}: unknown resources {brief(unknown, 200)} (allowed: {sorted(RESOURCE_DEFAULTS)})")
@@ -401,8 +447,10 @@ def placement(raw: dict, source: str) -> tuple[dict, int]:
     if not _number(cpus) or cpus <= 0:
         raise UsageError(f"{source}: resources.num_cpus must be a number > 0, got {brief(cpus)}")
     if not _number(gpus) or gpus < 0 or (gpus > 1 and gpus != int(gpus)):
-        raise UsageError(f"{source}: resources.num_gpus must be a whole number >= 0 or a fraction below 1 "
-                         f"(several runs share one GPU), got {brief(gpus)}")
+        raise UsageError(
+            f"{source}: resources.num_gpus must be a whole number >= 0 or a fraction below 1 "
+            f"(several runs share one GPU), got {brief(gpus)}"
+        )
     retries = raw.get("max_retries", DEFAULT_MAX_RETRIES)
     if not isinstance(retries, int) or isinstance(retries, bool) or not 0 <= retries <= 10:
         raise UsageError(f"{source}: max_retries must be an integer from 0 to 10, got {brief(retries)}")
@@ -422,7 +470,9 @@ def parse_overrides(pairs: list[str]) -> dict:
             out[key.strip()] = load_yaml(value)
         except yaml.YAMLError as err:
             problem = getattr(err, "problem", None) or str(err) or "not valid YAML"
-            raise UsageError(f"-p {key.strip()[:60]}: the value {brief(value)} does not parse ({problem[:120]})") from None
+            raise UsageError(
+                f"-p {key.strip()[:60]}: the value {brief(value)} does not parse ({problem[:120]})"
+            ) from None
     return out
 
 
@@ -440,8 +490,10 @@ def parse_seeds(text: str | None, profile_seeds: Any, source: str) -> list[int]:
         else:
             parsed.append(s)
         if not isinstance(parsed[-1], int) or isinstance(parsed[-1], bool):
-            raise UsageError(f"{source}: seeds must be integers, got {brief(s)} (seed {i + 1} of {len(seeds)}; "
-                             "written in the digits 0-9)")
+            raise UsageError(
+                f"{source}: seeds must be integers, got {brief(s)} (seed {i + 1} of {len(seeds)}; "
+                "written in the digits 0-9)"
+            )
     low, high = SEED_RANGE
     outside = [s for s in parsed if not low <= s <= high]
     if outside:
@@ -462,15 +514,21 @@ def check_data(chapter: Chapter) -> None:
                 raise UsageError(f"{chapter.id}: {err}") from None
 
 
-def profile_parameters(chapter: Chapter, profile: str, overrides: dict, defaults: dict,
-                       declared: dict[str, Declared] | None = None) -> dict:
+def profile_parameters(
+    chapter: Chapter, profile: str, overrides: dict, defaults: dict, declared: dict[str, Declared] | None = None
+) -> dict:
     """The parameters of a run: the profile file's, then the overrides, checked against the notebook's parameters
     cell (defaults and declared ranges).
 
     The one rule both planning and ``agentpost validate`` apply."""
     raw = load_profile(chapter, profile)
-    parameters = check_parameters(chapter, dict(raw.get("parameters") or {}), source=f"params/{chapter.id}/{profile}.yaml",
-                                  defaults=defaults, declared=declared)
+    parameters = check_parameters(
+        chapter,
+        dict(raw.get("parameters") or {}),
+        source=f"params/{chapter.id}/{profile}.yaml",
+        defaults=defaults,
+        declared=declared,
+    )
     parameters.update(check_parameters(chapter, overrides, source="-p", defaults=defaults, declared=declared))
     return parameters
 
@@ -486,7 +544,9 @@ def started_chapter(chapter_id: str) -> tuple[Chapter, Any]:
     return chapter, read_notebook(chapter.notebook)
 
 
-def plan_runs(chapter_ids: list[str], profile: str, *, seeds: str | None = None, overrides: list[str] = ()) -> list[RunSpec]:
+def plan_runs(
+    chapter_ids: list[str], profile: str, *, seeds: str | None = None, overrides: list[str] = ()
+) -> list[RunSpec]:
     """Validate everything and return the runs to execute, keys computed; raises :class:`UsageError` on bad input."""
     if not chapter_ids:
         raise UsageError("name at least one chapter (see `agentpost list`)")
@@ -499,13 +559,27 @@ def plan_runs(chapter_ids: list[str], profile: str, *, seeds: str | None = None,
         chapter, notebook = started_chapter(chapter_id)  # the one read of the notebook in the parent
         raw = load_profile(chapter, profile)
         parameters = profile_parameters(chapter, profile, extra, *notebook_parameters(notebook, chapter.notebook.name))
-        seed_list = parse_seeds(seeds, raw.get("seeds"), f"params/{chapter_id}/{profile}.yaml" if seeds is None else "--seeds")
+        seed_list = parse_seeds(
+            seeds, raw.get("seeds"), f"params/{chapter_id}/{profile}.yaml" if seeds is None else "--seeds"
+        )
         check_data(chapter)
         hashes = rc.input_hashes(notebook, parameters, chapter.datasets)
         kind = "ad-hoc" if extra else "profile"
         resources, retries = placement(raw, f"params/{chapter_id}/{profile}.yaml")
         for seed in seed_list:
             key = rc.run_key(chapter_id, profile, kind, seed, hashes)
-            specs.append(RunSpec(chapter_id, profile, seed, parameters, raw.get("timeout_s"), dict(extra), hashes, key,
-                                 resources, retries))
+            specs.append(
+                RunSpec(
+                    chapter_id,
+                    profile,
+                    seed,
+                    parameters,
+                    raw.get("timeout_s"),
+                    dict(extra),
+                    hashes,
+                    key,
+                    resources,
+                    retries,
+                )
+            )
     return specs

@@ -43,8 +43,13 @@ def _current_runs(chapter_id: str, profile: str, specs) -> dict[int, Path]:
     found = {}
     for run in collect_runs(chapter_id).get((chapter_id, profile), []):
         spec = wanted.get(run.receipt.get("seed"))
-        if spec is not None and run.valid_ok and not run.stale and not run.adhoc \
-                and run.receipt["hashes"]["parameters"] == spec.hashes["parameters"]:
+        if (
+            spec is not None
+            and run.valid_ok
+            and not run.stale
+            and not run.adhoc
+            and run.receipt["hashes"]["parameters"] == spec.hashes["parameters"]
+        ):
             found[spec.seed] = run.path
     return found
 
@@ -56,8 +61,9 @@ def _stale_batch(chapter_id: str, profile: str) -> list:
     return groups[0]
 
 
-def recertify(chapter_id: str, profile: str, seeds: list[int] | None = None, *, jobs: int = 1,
-              backend="local") -> Outcome:
+def recertify(
+    chapter_id: str, profile: str, seeds: list[int] | None = None, *, jobs: int = 1, backend="local"
+) -> Outcome:
     """Re-run ``seeds`` (default :func:`certificates.default_seeds`) of the counted configuration's stale runs and
     certify it where each reproduces the old run at its seed; raises :class:`UsageError` before any work when the
     batch cannot be re-certified (nothing stale, seeds not in it, its data or parameters changed)."""
@@ -67,18 +73,23 @@ def recertify(chapter_id: str, profile: str, seeds: list[int] | None = None, *, 
         return Outcome(None, message=f"{chapter_id}/{profile}: the counted batch is current; nothing to re-certify")
     chosen = seeds or certificates.default_seeds([r.receipt for r in stale.values()])
     if missing := sorted(set(chosen) - set(stale)):
-        raise UsageError(f"seeds {missing} are not stale seeds of {chapter_id}/{profile}'s counted batch "
-                         f"(stale: {sorted(stale)})")
+        raise UsageError(
+            f"seeds {missing} are not stale seeds of {chapter_id}/{profile}'s counted batch (stale: {sorted(stale)})"
+        )
     old = {s: stale[s] for s in chosen}
     if len({rc.configuration_key(r.receipt) for r in old.values()}) > 1:
         raise UsageError(f"seeds {chosen} come from several configurations; re-certify them one at a time")
     if data := sorted(s for s, r in old.items() if "hashes.data" in r.stale):
-        raise UsageError(f"seeds {data}: the data changed since they ran; re-certification covers code only: re-run "
-                         f"the batch (`agentpost run {chapter_id} --profile {profile}`)")
+        raise UsageError(
+            f"seeds {data}: the data changed since they ran; re-certification covers code only: re-run "
+            f"the batch (`agentpost run {chapter_id} --profile {profile}`)"
+        )
     specs = plan_runs([chapter_id], profile, seeds=",".join(map(str, chosen)))
     if moved := sorted(s.seed for s in specs if s.hashes["parameters"] != old[s.seed].receipt["hashes"]["parameters"]):
-        raise UsageError(f"seeds {moved}: params/{chapter_id}/{profile}.yaml changed since they ran; re-certification "
-                         "covers code only: re-run the batch")
+        raise UsageError(
+            f"seeds {moved}: params/{chapter_id}/{profile}.yaml changed since they ran; re-certification "
+            "covers code only: re-run the batch"
+        )
     made = _current_runs(chapter_id, profile, specs)
     results = run_batch([s for s in specs if s.seed not in made], jobs=jobs, backend=backend)
     new_dirs = {**made, **{r.spec.seed: project_root() / r.run_dir if r.run_dir else None for r in results}}
@@ -91,20 +102,30 @@ def recertify(chapter_id: str, profile: str, seeds: list[int] | None = None, *, 
             outcome.differences[seed] = [f"the re-run did not succeed and validate ({errors.get(seed) or 'invalid'})"]
             continue
         old_run = old[seed]
-        found, compared, facts = certificates.differences(chapter_id, run_notebook(old_run.path),
-                                                          run_notebook(new_dir))
+        found, compared, facts = certificates.differences(chapter_id, run_notebook(old_run.path), run_notebook(new_dir))
         if found:
             outcome.differences[seed] = found
-        checks.append(certificates.SeedCheck(seed=seed, old_run=old_run.path.name, new_run=new_dir.name,
-                                             values_compared=compared, fingerprints_compared=facts))
+        checks.append(
+            certificates.SeedCheck(
+                seed=seed,
+                old_run=old_run.path.name,
+                new_run=new_dir.name,
+                values_compared=compared,
+                fingerprints_compared=facts,
+            )
+        )
         new_receipt = report.receipt
     if outcome.differences:
-        outcome.message = (f"{chapter_id}/{profile}: NOT re-certified: {len(outcome.differences)} of {len(chosen)} "
-                           "re-run seed(s) differ; the batch stays stale (re-run it)")
+        outcome.message = (
+            f"{chapter_id}/{profile}: NOT re-certified: {len(outcome.differences)} of {len(chosen)} "
+            "re-run seed(s) differ; the batch stays stale (re-run it)"
+        )
         return outcome
     first = old[chosen[0]].receipt
     outcome.certificate = certificates.write(chapter_id, profile, first, new_receipt, checks)
-    outcome.message = (f"{chapter_id}/{profile}: re-certified: seeds {chosen} reproduce "
-                       f"({sum(c.values_compared for c in checks)} values compared); "
-                       f"{outcome.certificate.relative_to(project_root()).as_posix()}")
+    outcome.message = (
+        f"{chapter_id}/{profile}: re-certified: seeds {chosen} reproduce "
+        f"({sum(c.values_compared for c in checks)} values compared); "
+        f"{outcome.certificate.relative_to(project_root()).as_posix()}"
+    )
     return outcome

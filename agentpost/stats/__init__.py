@@ -12,5 +12,15 @@ from agentpost.stats.paired import (
 )
 from agentpost.stats.planner import Plan, plan
 
-__all__ = ["CONCLUSIVE", "VERDICT_CLASSES", "ArmMeta", "PairedResult", "Plan", "ProtocolError", "Split", "compare",
-           "plan", "select_on_validation"]
+__all__ = [
+    "CONCLUSIVE",
+    "VERDICT_CLASSES",
+    "ArmMeta",
+    "PairedResult",
+    "Plan",
+    "ProtocolError",
+    "Split",
+    "compare",
+    "plan",
+    "select_on_validation",
+]

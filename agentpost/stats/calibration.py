@@ -120,17 +120,24 @@ def v1_reference(d: np.ndarray, *, alpha: float = 0.05, n_boot: int = 1000, rng:
     sets, s, n = d.shape
     lo, hi = np.empty(sets), np.empty(sets)
     for start in range(0, sets, CHUNK):
-        part = d[start:start + CHUNK, None]
+        part = d[start : start + CHUNK, None]
         idx = rng.integers(0, n, size=(1, n_boot, s, n))
         boots = np.take_along_axis(part, idx, axis=3).mean(axis=(2, 3))
-        lo[start:start + CHUNK], hi[start:start + CHUNK] = np.quantile(boots, [alpha / 2, 1 - alpha / 2], axis=1)
+        lo[start : start + CHUNK], hi[start : start + CHUNK] = np.quantile(boots, [alpha / 2, 1 - alpha / 2], axis=1)
     with np.errstate(invalid="ignore", divide="ignore"):
         p = _st.ttest_1samp(d.reshape(sets, s * n), 0.0, axis=1).pvalue
     return lo, hi, (p < alpha) & ((lo > 0) | (hi < 0))
 
 
-def v1_reference_verdict(per_seed, *, higher_is_better: bool, min_effect: float, alpha: float = 0.05,
-                         n_boot: int = 4000, rng: np.random.Generator) -> dict:
+def v1_reference_verdict(
+    per_seed,
+    *,
+    higher_is_better: bool,
+    min_effect: float,
+    alpha: float = 0.05,
+    n_boot: int = 4000,
+    rng: np.random.Generator,
+) -> dict:
     """What the pre-v2 protocol reported for differences ``per_seed`` (equal item counts), for before/after notes:
     ``{"verdict", "ci_low", "ci_high", "mde"}``.
 
@@ -153,12 +160,14 @@ def v1_reference_for(a, b, *, higher_is_better: bool, min_effect: float, seed: i
     """:func:`v1_reference_verdict` for the ``{seed: per-item values}`` maps ``compare`` takes (``b - a``), so a chapter
     can glue what the pre-v2 protocol said on the same data next to the v2 verdict."""
     per_seed = [np.asarray(b[k], dtype=np.float64) - np.asarray(a[k], dtype=np.float64) for k in sorted(a, key=str)]
-    return v1_reference_verdict(per_seed, higher_is_better=higher_is_better, min_effect=min_effect,
-                                rng=np.random.default_rng(seed))
+    return v1_reference_verdict(
+        per_seed, higher_is_better=higher_is_better, min_effect=min_effect, rng=np.random.default_rng(seed)
+    )
 
 
-def bootstrap_reference(d: np.ndarray, shared_items: bool, *, alpha: float = 0.05, n_boot: int = 1000,
-                        rng: np.random.Generator):
+def bootstrap_reference(
+    d: np.ndarray, shared_items: bool, *, alpha: float = 0.05, n_boot: int = 1000, rng: np.random.Generator
+):
     """``PairedResult.bootstrap_ci`` for each data set: ``(ci_low, ci_high, significant = CI excludes 0)``.
 
     Data sets of one chunk share their resampling indices (each set is still resampled independently of its data).
@@ -166,9 +175,10 @@ def bootstrap_reference(d: np.ndarray, shared_items: bool, *, alpha: float = 0.0
     crossed = shared_items and d.shape[-1] > 1
     lo, hi = np.empty(len(d)), np.empty(len(d))
     for start in range(0, len(d), CHUNK):
-        part = d[start:start + CHUNK]
-        lo[start:start + CHUNK], hi[start:start + CHUNK] = bootstrap_interval(
-            part if crossed else part.mean(axis=-1), crossed, n_boot=n_boot, alpha=alpha, rng=rng)
+        part = d[start : start + CHUNK]
+        lo[start : start + CHUNK], hi[start : start + CHUNK] = bootstrap_interval(
+            part if crossed else part.mean(axis=-1), crossed, n_boot=n_boot, alpha=alpha, rng=rng
+        )
     return lo, hi, (lo > 0) | (hi < 0)
 
 
@@ -176,8 +186,17 @@ def _significance(lo, hi, p, alpha):
     return lo, hi, p < alpha
 
 
-def calibrate(designs=DESIGNS, *, n_sets: int = 1000, mu: float = 0.2, alpha: float = 0.05, seed: int = 0,
-              references: bool = False, n_boot: int = 1000, progress: bool = False):
+def calibrate(
+    designs=DESIGNS,
+    *,
+    n_sets: int = 1000,
+    mu: float = 0.2,
+    alpha: float = 0.05,
+    seed: int = 0,
+    references: bool = False,
+    n_boot: int = 1000,
+    progress: bool = False,
+):
     """Coverage of the ``1 - alpha`` CI (at true difference ``mu``) and false-positive rate (at 0) per design.
 
     Returns a pandas DataFrame with one row per (design, estimator): ``coverage``, ``fpr`` and ``n_sets``.
@@ -197,13 +216,22 @@ def calibrate(designs=DESIGNS, *, n_sets: int = 1000, mu: float = 0.2, alpha: fl
         if references:
             estimators["v1 (reference)"] = lambda x: v1_reference(x, alpha=alpha, n_boot=n_boot, rng=rng)
             estimators["bootstrap (reference)"] = lambda x: bootstrap_reference(
-                x, design.shared_items, alpha=alpha, n_boot=n_boot, rng=rng)
+                x, design.shared_items, alpha=alpha, n_boot=n_boot, rng=rng
+            )
         for name, run in estimators.items():
             lo, hi, _ = run(covered)
             _, _, significant = run(null)
-            rows.append({"design": design.name, "estimator": name, "n_seeds": design.n_seeds,
-                         "n_items": design.n_items, "coverage": float(np.mean((lo <= mu) & (mu <= hi))),
-                         "fpr": float(np.mean(significant)), "n_sets": n_sets})
+            rows.append(
+                {
+                    "design": design.name,
+                    "estimator": name,
+                    "n_seeds": design.n_seeds,
+                    "n_items": design.n_items,
+                    "coverage": float(np.mean((lo <= mu) & (mu <= hi))),
+                    "fpr": float(np.mean(significant)),
+                    "n_sets": n_sets,
+                }
+            )
     return pd.DataFrame(rows)
 
 
@@ -213,8 +241,7 @@ def true_se(design: Design) -> float:
     return float(np.sqrt(design.seed_sd**2 / s + design.item_sd**2 / n + design.noise_sd**2 / (s * n)))
 
 
-def class_rates(designs=DESIGNS, *, n_sets: int = 4000, deltas_in_se=(1.5, 4.0), alpha: float = 0.05,
-                seed: int = 0):
+def class_rates(designs=DESIGNS, *, n_sets: int = 4000, deltas_in_se=(1.5, 4.0), alpha: float = 0.05, seed: int = 0):
     """How often each verdict class is reached at a true difference of 0, +delta and -delta, per design.
 
     ``delta`` (the smallest effect of interest) is each of ``deltas_in_se`` true standard errors of the design
@@ -235,9 +262,18 @@ def class_rates(designs=DESIGNS, *, n_sets: int = 4000, deltas_in_se=(1.5, 4.0),
             cls = verdict_class(est, se, df, delta, alpha=alpha)
             rates = {c: float(np.mean(cls == c)) for c in ("matters", "detectable", "equivalent", "inconclusive")}
             wrong = rates["matters"] + rates["detectable"] if mu == 0 else rates["matters"]
-            rows.append({"design": design.name, "delta_in_se": k, "truth": truth, "delta": delta, **rates,
-                         "error": wrong,
-                         "equivalent_error": rates["equivalent"] if mu else float("nan"), "n_sets": n_sets})
+            rows.append(
+                {
+                    "design": design.name,
+                    "delta_in_se": k,
+                    "truth": truth,
+                    "delta": delta,
+                    **rates,
+                    "error": wrong,
+                    "equivalent_error": rates["equivalent"] if mu else float("nan"),
+                    "n_sets": n_sets,
+                }
+            )
     return pd.DataFrame(rows)
 
 
@@ -271,8 +307,15 @@ def simulate_bounded(design: BoundedDesign, n_sets: int, effect: float, rng: np.
     return b.astype(np.float64) - a
 
 
-def bounded_power(designs=BOUNDED_DESIGNS, *, n_sets: int = 4000, n_mde: int = 300, alpha: float = 0.05,
-                  seed: int = 0, references: bool = True):
+def bounded_power(
+    designs=BOUNDED_DESIGNS,
+    *,
+    n_sets: int = 4000,
+    n_mde: int = 300,
+    alpha: float = 0.05,
+    seed: int = 0,
+    references: bool = True,
+):
     """Detection rate at the reported MDE for 0/1 outcomes near a floor or ceiling (target 0.8).
 
     Per design: the median MDE ``compare`` reports on ``n_mde`` data sets without an effect (as a pilot would) is
@@ -288,15 +331,27 @@ def bounded_power(designs=BOUNDED_DESIGNS, *, n_sets: int = 4000, n_mde: int = 3
         rng = np.random.default_rng([seed, i, 5])
         pilots = simulate_bounded(design, n_mde, 0.0, rng)
         sign = 1.0 if design.base_rate < 0.5 else -1.0
-        for name, width in (("protocol", 1.0), ("unbounded (reference)", None))[:2 if references else 1]:
+        for name, width in (("protocol", 1.0), ("unbounded (reference)", None))[: 2 if references else 1]:
             est, se, df = v2_estimates(pilots, design.shared_items, width=width)
             cells = design.n_seeds * design.n_items
-            mdes = [minimum_detectable_effect(s_, f_, alpha=alpha, bounded=None if width is None else (e_, 1.0, cells))
-                    for e_, s_, f_ in zip(est, se, df) if s_ > 0]
+            mdes = [
+                minimum_detectable_effect(s_, f_, alpha=alpha, bounded=None if width is None else (e_, 1.0, cells))
+                for e_, s_, f_ in zip(est, se, df)
+                if s_ > 0
+            ]
             effect = float(np.median(mdes))
-            lo, hi, _ = v2_test(simulate_bounded(design, n_sets, effect, rng), design.shared_items, alpha=alpha,
-                                width=width)
+            lo, hi, _ = v2_test(
+                simulate_bounded(design, n_sets, effect, rng), design.shared_items, alpha=alpha, width=width
+            )
             detected = lo > 0 if sign > 0 else hi < 0
-            rows.append({"design": design.name, "estimator": name, "median_mde": effect,
-                         "detection_at_mde": float(np.mean(detected)), "n_sets": n_sets, "n_mde": n_mde})
+            rows.append(
+                {
+                    "design": design.name,
+                    "estimator": name,
+                    "median_mde": effect,
+                    "detection_at_mde": float(np.mean(detected)),
+                    "n_sets": n_sets,
+                    "n_mde": n_mde,
+                }
+            )
     return pd.DataFrame(rows)

@@ -68,7 +68,7 @@ MIN_SEEDS = 3
 VERDICT_CLASSES = {
     "matters": "the 95% CI lies wholly beyond the smallest effect of interest on one side: a difference that matters",
     "detectable": "the 95% CI excludes 0 but is neither wholly beyond delta nor inside (-delta, delta): a detectable "
-                  "difference that may be negligible",
+    "difference that may be negligible",
     "equivalent": "the 90% CI (two one-sided tests at alpha) lies inside (-delta, delta): practically equivalent",
     "inconclusive": "none of the above: the data cannot tell (the planner says how many seeds x items would)",
     "no_information": "identical arms: every per-item difference is exactly zero, nothing to learn",
@@ -248,8 +248,9 @@ def _bounds(arms, bounds) -> tuple[float, float] | None:
     if not (math.isfinite(lo) and math.isfinite(hi) and lo < hi):
         raise ProtocolError(f"bounds must be finite with low < high, got {bounds!r}")
     if values.min() < lo or values.max() > hi:
-        raise ProtocolError(f"values in [{values.min():.4g}, {values.max():.4g}] fall outside the declared bounds "
-                            f"{bounds!r}")
+        raise ProtocolError(
+            f"values in [{values.min():.4g}, {values.max():.4g}] fall outside the declared bounds {bounds!r}"
+        )
     return lo, hi
 
 
@@ -260,6 +261,7 @@ def _real(value, name: str) -> float:
 
 
 # ---------------------------------------------------------------- estimators (vectorised over leading axes)
+
 
 def seed_level_t(seed_means: np.ndarray, weights: np.ndarray | None = None):
     """Estimate, standard error and df of the t model on seed means (last axis = seeds).
@@ -415,6 +417,7 @@ def bounded_extra_variance(effect, observed, width: float, n_cells: float):
     difference already carries: ``max(0, g(|effect|) - g(|observed|)) / N`` with ``g(x) = x (width - x)`` for
     ``x <= width / 2`` (the variance of a difference that moves ``x / width`` of the pairs by ``width``; for 0/1
     outcomes at a floor, ``p_b (1 - p_b) - p_a (1 - p_a)`` to first order)."""
+
     def g(x):
         x = np.minimum(np.abs(x), width / 2)
         return x * (width - x)
@@ -422,8 +425,9 @@ def bounded_extra_variance(effect, observed, width: float, n_cells: float):
     return np.maximum(0.0, g(effect) - g(observed)) / n_cells
 
 
-def minimum_detectable_effect(se: float, df: float, *, alpha: float = 0.05, target: float = 0.8,
-                              bounded: tuple[float, float, float] | None = None) -> float:
+def minimum_detectable_effect(
+    se: float, df: float, *, alpha: float = 0.05, target: float = 0.8, bounded: tuple[float, float, float] | None = None
+) -> float:
     """Smallest true difference the t test detects with probability ``target`` (80%) at the fitted SE and df.
 
     ``k(df) se`` with ``k`` from :func:`mde_multiplier`. For bounded outcomes (``bounded = (observed, width, N)``)
@@ -455,8 +459,11 @@ def variance_components(per_seed: Sequence[np.ndarray], crossed: bool) -> dict[s
         d = np.stack(per_seed)
         ms_u, ms_v, ms_e = crossed_mean_squares(d)
         s, n = d.shape
-        return {"seed": float(max(0.0, (ms_u - ms_e) / n)), "item": float(max(0.0, (ms_v - ms_e) / s)),
-                "residual": float(ms_e)}
+        return {
+            "seed": float(max(0.0, (ms_u - ms_e) / n)),
+            "item": float(max(0.0, (ms_v - ms_e) / s)),
+            "residual": float(ms_e),
+        }
     sizes = np.array([x.size for x in per_seed])
     within = np.array([x.var(ddof=1) if x.size > 1 else 0.0 for x in per_seed])
     means = np.array([x.mean() for x in per_seed])
@@ -557,8 +564,9 @@ def compare(
     per_seed = [xb - xa for xa, xb in arms]
     sizes = np.array([x.size for x in per_seed])
     if shared_items and len(set(sizes)) != 1:
-        raise ProtocolError("shared_items=True needs the same item list in every seed, got item counts "
-                            f"{sorted(set(sizes))}")
+        raise ProtocolError(
+            f"shared_items=True needs the same item list in every seed, got item counts {sorted(set(sizes))}"
+        )
     everything = np.concatenate(per_seed)
     n_items = int(sizes[0])
     seed_means = np.array([x.mean() for x in per_seed])
@@ -566,23 +574,29 @@ def compare(
     crossed = bool(shared_items) and n_items > 1
     if crossed:
         est, se, df = crossed_t(np.stack(per_seed))
-        method = ("crossed seeds x items: grand mean, SE from two-way ANOVA mean squares, t interval with "
-                  f"Satterthwaite df (seed mean square at its {SEED_DF_UPPER_CONFIDENCE:.0%} upper bound)")
+        method = (
+            "crossed seeds x items: grand mean, SE from two-way ANOVA mean squares, t interval with "
+            f"Satterthwaite df (seed mean square at its {SEED_DF_UPPER_CONFIDENCE:.0%} upper bound)"
+        )
     elif len(set(sizes)) == 1:
         est, se, df = seed_level_t(seed_means)
         method = "seed is the unit: one-sample t interval on per-seed mean differences, df = seeds - 1"
     else:
         est, se, df = seed_level_t(seed_means, sizes)
-        method = (f"seed is the unit, seeds weighted by item count ({sizes.min()}-{sizes.max()} items): pooled item "
-                  "mean, cluster-robust SE over seeds, df = seeds - 1")
+        method = (
+            f"seed is the unit, seeds weighted by item count ({sizes.min()}-{sizes.max()} items): pooled item "
+            "mean, cluster-robust SE over seeds, df = seeds - 1"
+        )
     est, se, df = float(est), float(se), float(df)
     n_cells = float(everything.size)
     width = None if bounds is None else bounds[1] - bounds[0]
     floor = (bounded_floor(everything, width) if width else everything.var()) / n_cells
     se, df, floored = (float(x) for x in floor_se(se, df, floor, len(seeds), bounded=width is not None))
     if floored:
-        method += (f"; variance floored at the {'Agresti-Min shrunken bounded' if width else 'pooled'} variance of "
-                   "the differences / pairs (df = seeds - 1)")
+        method += (
+            f"; variance floored at the {'Agresti-Min shrunken bounded' if width else 'pooled'} variance of "
+            "the differences / pairs (df = seeds - 1)"
+        )
     lo, hi, t_stat, p = (float(x) for x in t_interval(est, se, df, alpha=alpha))
     lo90, hi90, _, _ = (float(x) for x in t_interval(est, se, df, alpha=2 * alpha))
     if se > 0:
@@ -593,8 +607,10 @@ def compare(
     else:  # unbounded and every difference is the same: no scale to test or size an effect against
         mde = pw = t_stat = p = math.nan
         if np.any(everything != 0):
-            method += (f"; deterministic: every per-item difference equals {everything[0]:.6g}, so the CI has zero "
-                       "width and the class compares that value with the smallest effect of interest")
+            method += (
+                f"; deterministic: every per-item difference equals {everything[0]:.6g}, so the CI has zero "
+                "width and the class compares that value with the smallest effect of interest"
+            )
     if not np.any(everything != 0):
         cls = "no_information"
     else:
@@ -609,8 +625,13 @@ def compare(
     if n_boot * draws > BOOT_MAX_DRAWS:
         n_boot = max(1, BOOT_MAX_DRAWS // draws)
         method += f"; bootstrap_ci from {n_boot} replicates (capped: {len(seeds)} seeds x {n_items} items)"
-    boot = bootstrap_interval(np.stack(per_seed) if crossed else seed_means, crossed, n_boot=n_boot, alpha=alpha,
-                              rng=np.random.default_rng(rng))
+    boot = bootstrap_interval(
+        np.stack(per_seed) if crossed else seed_means,
+        crossed,
+        n_boot=n_boot,
+        alpha=alpha,
+        rng=np.random.default_rng(rng),
+    )
     return PairedResult(
         name_a=name_a,
         name_b=name_b,

@@ -56,8 +56,9 @@ def _component(components: Mapping, key: str) -> float | None:
     return value
 
 
-def predict(components: Mapping, seeds: int, items: int, *, design: str, alpha: float = 0.05,
-            power: float = 0.8) -> dict:
+def predict(
+    components: Mapping, seeds: int, items: int, *, design: str, alpha: float = 0.05, power: float = 0.8
+) -> dict:
     """``{"seeds", "items", "se", "df", "mde"}`` predicted for ``seeds`` x ``items`` (see the module docstring).
 
     A nested pilot has no ``residual`` (it is inside ``item``); planning a crossed design from it treats the whole
@@ -79,13 +80,20 @@ def predict(components: Mapping, seeds: int, items: int, *, design: str, alpha: 
         within = item + (resid or 0.0) if design == "crossed" else item  # one shared item: all of it per seed
         var, df = seed / s + within / (s * n), float(s - 1)
     se = math.sqrt(var)
-    return {"seeds": s, "items": n, "se": se, "df": df,
-            "mde": mde_multiplier(df, alpha=alpha, target=power) * se}
+    return {"seeds": s, "items": n, "se": se, "df": df, "mde": mde_multiplier(df, alpha=alpha, target=power) * se}
 
 
-def plan(components: Mapping, *, design: str, min_effect: float, alpha: float = 0.05, power: float = 0.8,
-         seeds: Iterable[int] = range(3, 21), items: Iterable[int] = DEFAULT_ITEMS,
-         pilot: tuple[int, int] | None = None) -> Plan:
+def plan(
+    components: Mapping,
+    *,
+    design: str,
+    min_effect: float,
+    alpha: float = 0.05,
+    power: float = 0.8,
+    seeds: Iterable[int] = range(3, 21),
+    items: Iterable[int] = DEFAULT_ITEMS,
+    pilot: tuple[int, int] | None = None,
+) -> Plan:
     """The smallest seeds x items designs whose predicted MDE is at most ``min_effect``, from a pilot's
     ``variance_components`` (``{"seed", "item", "residual"}`` as ``compare`` reports them).
 
@@ -107,9 +115,17 @@ def plan(components: Mapping, *, design: str, min_effect: float, alpha: float = 
             if row["mde"] <= min_effect:
                 found.append(row)
                 break
-    return Plan(design=design, min_effect=float(min_effect), alpha=float(alpha), power=float(power),
-                components={k: components.get(k) for k in ("seed", "item", "residual")},
-                pilot=None if pilot is None else predict(components, *pilot, design=design, alpha=alpha, power=power),
-                designs=found,
-                method=("crossed: s_seed^2/S + s_item^2/n + s_resid^2/(S n), Satterthwaite df at the expected mean "
-                        "squares" if design == "crossed" else "independent: s_seed^2/S + s_item^2/(S n), df = S - 1"))
+    return Plan(
+        design=design,
+        min_effect=float(min_effect),
+        alpha=float(alpha),
+        power=float(power),
+        components={k: components.get(k) for k in ("seed", "item", "residual")},
+        pilot=None if pilot is None else predict(components, *pilot, design=design, alpha=alpha, power=power),
+        designs=found,
+        method=(
+            "crossed: s_seed^2/S + s_item^2/n + s_resid^2/(S n), Satterthwaite df at the expected mean squares"
+            if design == "crossed"
+            else "independent: s_seed^2/S + s_item^2/(S n), df = S - 1"
+        ),
+    )

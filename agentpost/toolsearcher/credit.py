@@ -119,8 +119,9 @@ def set_f1(predicted: set | frozenset, targets: set | frozenset) -> float:
     return 2 * p * r / (p + r)
 
 
-def selection_reward(answer: str | None, targets: Sequence[str], found: set[str] | None = None,
-                     mode: str = "gt_selection") -> float:
+def selection_reward(
+    answer: str | None, targets: Sequence[str], found: set[str] | None = None, mode: str = "gt_selection"
+) -> float:
     """Eq. 4: r = F1(P, G) + 0.1 * [exactly one well-formed <tool_list> block]; ``conditional_selection`` scores
     against G intersected with the found set S. No answer (None) scores 0."""
     if mode not in REWARD_MODES:
@@ -136,24 +137,33 @@ def selection_reward(answer: str | None, targets: Sequence[str], found: set[str]
 class GroupCredit:
     """Per-rollout credit of one prompt group."""
 
-    D: list[np.ndarray]            # [K_i, m] each
-    s: np.ndarray                  # [N, m]
-    s_hat: np.ndarray              # [N, m]
-    search_adv: list[np.ndarray]   # [K_i] each
-    rewards: np.ndarray            # [N]
-    selection_adv: np.ndarray      # [N], before the gate
+    D: list[np.ndarray]  # [K_i, m] each
+    s: np.ndarray  # [N, m]
+    s_hat: np.ndarray  # [N, m]
+    search_adv: list[np.ndarray]  # [K_i] each
+    rewards: np.ndarray  # [N]
+    selection_adv: np.ndarray  # [N], before the gate
     gated_selection_adv: np.ndarray  # [N]
-    all_found: np.ndarray          # [N] bool, G subset of S_i
+    all_found: np.ndarray  # [N] bool, G subset of S_i
 
     def factors(self, has_answer: Sequence[bool]) -> list[list[float]]:
         """Step 5: per rollout, [A_search[1..K_i]] followed by the gated A_sel when the rollout answered."""
-        return [list(map(float, a)) + ([float(g)] if h else [])
-                for a, g, h in zip(self.search_adv, self.gated_selection_adv, has_answer)]
+        return [
+            list(map(float, a)) + ([float(g)] if h else [])
+            for a, g, h in zip(self.search_adv, self.gated_selection_adv, has_answer)
+        ]
 
 
-def group_credit(results: Sequence[Sequence[Sequence[str]]], answers: Sequence[str | None], targets: Sequence[str],
-                 *, gate: str = "after_norm", nondiscovery: str = "zero", reward_mode: str = "gt_selection",
-                 eps: float = EPS) -> GroupCredit:
+def group_credit(
+    results: Sequence[Sequence[Sequence[str]]],
+    answers: Sequence[str | None],
+    targets: Sequence[str],
+    *,
+    gate: str = "after_norm",
+    nondiscovery: str = "zero",
+    reward_mode: str = "gt_selection",
+    eps: float = EPS,
+) -> GroupCredit:
     """Steps 2-4 of the pseudo-code for one prompt group of N rollouts.
 
     ``gate`` (ambiguity 1): ``after_norm`` zeroes A_sel of rollouts whose searches missed a target (default);

@@ -86,8 +86,9 @@ class Rollout:
 class SearchEnv:
     """The search tool over a retriever (``agentpost.toolsearcher.retrieval``)."""
 
-    def __init__(self, retriever, docs, *, topk: int = 5, max_turns: int = 8, max_response_tokens: int = 768,
-                 tokenizer=None):
+    def __init__(
+        self, retriever, docs, *, topk: int = 5, max_turns: int = 8, max_response_tokens: int = 768, tokenizer=None
+    ):
         if topk < 1 or max_turns < 1 or max_response_tokens < 1:
             raise ValueError("topk, max_turns and max_response_tokens must be >= 1")
         self.retriever, self.docs = retriever, list(docs)

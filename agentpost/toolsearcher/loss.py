@@ -28,8 +28,9 @@ class LossConfig:
     ratio_level: str = "token"  # ambiguity 6: "token" (official) or "segment"
 
 
-def token_advantages(mask: torch.Tensor, factors: Sequence[Sequence[float]], on_mismatch: str = "drop"
-                     ) -> tuple[torch.Tensor, torch.Tensor, int]:
+def token_advantages(
+    mask: torch.Tensor, factors: Sequence[Sequence[float]], on_mismatch: str = "drop"
+) -> tuple[torch.Tensor, torch.Tensor, int]:
     """Step 6: place each rollout's factor list on its assistant segments.
 
     Returns (advantages [R, T], the mask with dropped rows zeroed, number of dropped rows). ``on_mismatch``
@@ -52,13 +53,29 @@ def token_advantages(mask: torch.Tensor, factors: Sequence[Sequence[float]], on_
     return adv, keep, dropped
 
 
-def event_level_loss(logp: torch.Tensor, logp_old: torch.Tensor, logp_ref: torch.Tensor, adv: torch.Tensor,
-                     mask: torch.Tensor, cfg: LossConfig) -> tuple[torch.Tensor, dict]:
+def event_level_loss(
+    logp: torch.Tensor,
+    logp_old: torch.Tensor,
+    logp_ref: torch.Tensor,
+    adv: torch.Tensor,
+    mask: torch.Tensor,
+    cfg: LossConfig,
+) -> tuple[torch.Tensor, dict]:
     """Eq. 7: -token_mean(clipped objective with dual clip) + beta * token_mean(k3 KL), over masked tokens only
     (the KL as configured: ``low_var_kl`` by default)."""
     return clipped_policy_loss(
-        logp, logp_old, logp_ref, adv.to(logp.dtype), mask, eps_low=cfg.clip_eps, eps_high=cfg.clip_eps,
-        dual_clip_c=cfg.dual_clip_c, kl_coef=cfg.kl_coef, kl_kind=cfg.kl_kind, kl_clamp=cfg.kl_clamp,
+        logp,
+        logp_old,
+        logp_ref,
+        adv.to(logp.dtype),
+        mask,
+        eps_low=cfg.clip_eps,
+        eps_high=cfg.clip_eps,
+        dual_clip_c=cfg.dual_clip_c,
+        kl_coef=cfg.kl_coef,
+        kl_kind=cfg.kl_kind,
+        kl_clamp=cfg.kl_clamp,
         agg_mode=cfg.agg_mode,
-        ratio_level=cfg.ratio_level, segment_ids=segment_ids(mask) if cfg.ratio_level == "segment" else None,
+        ratio_level=cfg.ratio_level,
+        segment_ids=segment_ids(mask) if cfg.ratio_level == "segment" else None,
     )

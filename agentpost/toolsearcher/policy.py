@@ -21,10 +21,22 @@ from agentpost.toolsearcher.env import Rollout, SearchEnv, answer_text, parse_tu
 ANSWER, SEARCH, CATEGORY, INCLUDE = slice(0, 4), slice(4, 9), slice(9, 11), slice(11, 17)
 DIM = 17
 FEATURE_NAMES = (
-    "answer:bias", "answer:unused_clause_frac", "answer:turn_frac", "answer:n_candidates",
-    "search:bias", "search:used_before", "search:is_full_request", "search:novelty", "search:turn_frac",
-    "category:is_all", "category:cos_clause_centroid",
-    "include:bias", "include:cos_request", "include:cos_best_clause", "include:inv_rank", "include:hit_frac",
+    "answer:bias",
+    "answer:unused_clause_frac",
+    "answer:turn_frac",
+    "answer:n_candidates",
+    "search:bias",
+    "search:used_before",
+    "search:is_full_request",
+    "search:novelty",
+    "search:turn_frac",
+    "category:is_all",
+    "category:cos_clause_centroid",
+    "include:bias",
+    "include:cos_request",
+    "include:cos_best_clause",
+    "include:inv_rank",
+    "include:hit_frac",
     "include:same_tool_as_best",
 )
 #: Cosine similarities enter the features multiplied by this factor (so that unit weights are decisive).
@@ -32,12 +44,27 @@ COS_SCALE = 10.0
 #: The untrained policy and the KL reference: a hand-set prior standing in for an instruct model's habits
 #: (search the request's unused sentences before answering, avoid repeats, prefer global search, include a
 #: retrieved API when its cosine to the request exceeds 0.5). RL starts here.
-PRIOR_THETA = np.array([
-    0.0, -3.0, 0.0, 0.0,          # answer
-    0.0, -2.0, 0.0, 0.0, 0.0,     # search
-    6.0, 1.0,                     # category
-    -1.5, 0.3, 0.0, 0.0, 0.0, 0.0,  # include
-])
+PRIOR_THETA = np.array(
+    [
+        0.0,
+        -3.0,
+        0.0,
+        0.0,  # answer
+        0.0,
+        -2.0,
+        0.0,
+        0.0,
+        0.0,  # search
+        6.0,
+        1.0,  # category
+        -1.5,
+        0.3,
+        0.0,
+        0.0,
+        0.0,
+        0.0,  # include
+    ]
+)
 
 
 @dataclass
@@ -79,8 +106,15 @@ def _choose(logits: np.ndarray, valid: np.ndarray, rng: np.random.Generator | No
 class LogLinearPolicy:
     """pi(option | state) proportional to exp(theta . phi(state, option)); ``rng=None`` decodes greedily."""
 
-    def __init__(self, env: SearchEnv, doc_emb: np.ndarray, centroids: np.ndarray, theta: np.ndarray | None = None,
-                 *, category_options: int = 5):
+    def __init__(
+        self,
+        env: SearchEnv,
+        doc_emb: np.ndarray,
+        centroids: np.ndarray,
+        theta: np.ndarray | None = None,
+        *,
+        category_options: int = 5,
+    ):
         self.env, self.doc_emb, self.centroids = env, doc_emb, centroids
         self.category_options = category_options
         self.cats = list(env.categories)
@@ -102,8 +136,14 @@ class LogLinearPolicy:
         best_tool = self.env.retriever.names[idx[int(np.argmax(cos_req))]].rsplit(".", 1)[0]
         F = np.zeros((len(idx), DIM))
         for r, i in enumerate(idx):
-            F[r, INCLUDE] = [1.0, COS_SCALE * cos_req[r], COS_SCALE * cos_cl[r], 1.0 / (1 + cand[i][0]), cand[i][1] / max(len(issued), 1),
-                             float(self.env.retriever.names[i].rsplit(".", 1)[0] == best_tool)]
+            F[r, INCLUDE] = [
+                1.0,
+                COS_SCALE * cos_req[r],
+                COS_SCALE * cos_cl[r],
+                1.0 / (1 + cand[i][0]),
+                cand[i][1] / max(len(issued), 1),
+                float(self.env.retriever.names[i].rsplit(".", 1)[0] == best_tool),
+            ]
         return idx, F
 
     def run(self, task: Task, rng: np.random.Generator | None, *, constrain: str = "off") -> Episode:
@@ -121,8 +161,13 @@ class LogLinearPolicy:
             F[0, ANSWER] = [1.0, 1 - len(set(issued)) / n_cl, turn / env.max_turns, min(len(cand), 20) / 20]
             for c in range(n_cl):
                 prev = task.clause_emb[issued] @ task.clause_emb[c] if issued else np.zeros(1)
-                F[1 + c, SEARCH] = [1.0, float(c in issued), float(c == 0), 1 - max(0.0, prev.max()),
-                                    turn / env.max_turns]
+                F[1 + c, SEARCH] = [
+                    1.0,
+                    float(c in issued),
+                    float(c == 0),
+                    1 - max(0.0, prev.max()),
+                    turn / env.max_turns,
+                ]
             k = self._token(ep, F, np.ones(1 + n_cl, bool), True, rng)
             if k == 0:
                 idx, Fi = self._include_features(task, cand, issued) if cand else ([], np.zeros((0, DIM)))
@@ -198,8 +243,13 @@ def layout(episodes: list[Episode]) -> Layout:
             F[r, t, :n], valid[r, t, :n], chosen[r, t] = p.F, p.valid, p.chosen
             mask[r, t] = int(p.assistant)
             old[r, t] = e.logp[t]
-    return Layout(torch.from_numpy(F), torch.from_numpy(valid), torch.from_numpy(chosen), torch.from_numpy(mask),
-                  torch.from_numpy(old))
+    return Layout(
+        torch.from_numpy(F),
+        torch.from_numpy(valid),
+        torch.from_numpy(chosen),
+        torch.from_numpy(mask),
+        torch.from_numpy(old),
+    )
 
 
 def token_logits(lay: Layout, theta: torch.Tensor) -> torch.Tensor:

@@ -15,8 +15,15 @@ import numpy as np
 
 from agentpost.models.minilm import embed_texts
 
-__all__ = ["BM25Retriever", "MiniLMRetriever", "Retriever", "build_retriever", "embed_texts", "lexical_tokens",
-           "retrieval_metrics"]
+__all__ = [
+    "BM25Retriever",
+    "MiniLMRetriever",
+    "Retriever",
+    "build_retriever",
+    "embed_texts",
+    "lexical_tokens",
+    "retrieval_metrics",
+]
 
 
 class Retriever:

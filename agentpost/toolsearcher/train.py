@@ -57,13 +57,17 @@ class TrainConfig:
 class World:
     """The real environment: StableToolBench docs, the MiniLM retriever, the search tool and task embeddings."""
 
-    def __init__(self, *, topk: int = 5, max_turns: int = 8, max_response_tokens: int = 768,
-                 category_options: int = 5):
+    def __init__(self, *, topk: int = 5, max_turns: int = 8, max_response_tokens: int = 768, category_options: int = 5):
         apis = load_apis()
         self.category_options = category_options
         self.retriever: MiniLMRetriever = build_retriever("minilm", apis)
-        self.env = SearchEnv(self.retriever, [a.doc() for a in apis], topk=topk, max_turns=max_turns,
-                             max_response_tokens=max_response_tokens)
+        self.env = SearchEnv(
+            self.retriever,
+            [a.doc() for a in apis],
+            topk=topk,
+            max_turns=max_turns,
+            max_response_tokens=max_response_tokens,
+        )
         self.centroids = category_centroids(self.retriever.doc_emb, self.retriever.categories, self.env.categories)
 
         # every clause of every request, embedded in one cached batch (the same file for all splits and runs)
@@ -81,8 +85,13 @@ class World:
         return [Task(q.uid, q.targets, self._clauses[q.uid], self._clause_emb[q.uid]) for q in queries]
 
     def policy(self, theta=None) -> LogLinearPolicy:
-        return LogLinearPolicy(self.env, self.retriever.doc_emb.astype(np.float64), self.centroids, theta,
-                               category_options=self.category_options)
+        return LogLinearPolicy(
+            self.env,
+            self.retriever.doc_emb.astype(np.float64),
+            self.centroids,
+            theta,
+            category_options=self.category_options,
+        )
 
 
 def episode_metrics(ep, targets) -> dict[str, float]:
@@ -90,8 +99,13 @@ def episode_metrics(ep, targets) -> dict[str, float]:
     pred = parse_tool_list(ep.rollout.answer)[0] if ep.rollout.has_answer else frozenset()
     found = set().union(*map(set, ep.rollout.results)) if ep.rollout.results else set()
     g = set(targets)
-    return {"f1": set_f1(pred, g), "exact": float(pred == g), "srecall": len(found & g) / len(g),
-            "searches": float(len(ep.rollout.results)), "answered": float(ep.rollout.has_answer)}
+    return {
+        "f1": set_f1(pred, g),
+        "exact": float(pred == g),
+        "srecall": len(found & g) / len(g),
+        "searches": float(len(ep.rollout.results)),
+        "answered": float(ep.rollout.has_answer),
+    }
 
 
 def evaluate(world: World, theta, tasks) -> dict[str, np.ndarray]:
@@ -106,10 +120,12 @@ def _credit(cfg: TrainConfig, episodes, task, lay_mask):
     results = [e.rollout.results for e in episodes]
     answers = [e.rollout.answer for e in episodes]
     if cfg.arm == "toolsearcher":
-        gc = group_credit(results, answers, task.targets, gate=cfg.gate, nondiscovery=cfg.nondiscovery,
-                          reward_mode=cfg.reward_mode)
-        adv, keep, dropped = token_advantages(lay_mask, gc.factors([e.rollout.has_answer for e in episodes]),
-                                              cfg.on_segment_mismatch)
+        gc = group_credit(
+            results, answers, task.targets, gate=cfg.gate, nondiscovery=cfg.nondiscovery, reward_mode=cfg.reward_mode
+        )
+        adv, keep, dropped = token_advantages(
+            lay_mask, gc.factors([e.rollout.has_answer for e in episodes]), cfg.on_segment_mismatch
+        )
         return adv, keep, dropped, gc.rewards
     rewards = np.array([selection_reward(a, task.targets, mode="gt_selection") for a in answers])
     a = group_advantage(rewards, np.zeros(len(rewards), dtype=np.int64))
@@ -155,13 +171,27 @@ def train(world: World, train_tasks, cfg: TrainConfig, seed: int) -> dict:
             opt.step()
             updates += 1
         ms = [episode_metrics(e, t.targets) for t, g in groups for e in g]
-        history.append({"step": step, "cctd": constrain != "off", "reward": float(np.mean(rewards)),
-                        "srecall": float(np.mean([m["srecall"] for m in ms])),
-                        "searches": float(np.mean([m["searches"] for m in ms])),
-                        "f1": float(np.mean([m["f1"] for m in ms])), "dropped": dropped,
-                        "kl": float(parts["kl"]), "loss": float(loss.detach())})
-    return {"theta": theta.detach().numpy().copy(), "history": history, "wall_s": time.perf_counter() - start,
-            "config": asdict(cfg), "seed": seed, "updates": updates}
+        history.append(
+            {
+                "step": step,
+                "cctd": constrain != "off",
+                "reward": float(np.mean(rewards)),
+                "srecall": float(np.mean([m["srecall"] for m in ms])),
+                "searches": float(np.mean([m["searches"] for m in ms])),
+                "f1": float(np.mean([m["f1"] for m in ms])),
+                "dropped": dropped,
+                "kl": float(parts["kl"]),
+                "loss": float(loss.detach()),
+            }
+        )
+    return {
+        "theta": theta.detach().numpy().copy(),
+        "history": history,
+        "wall_s": time.perf_counter() - start,
+        "config": asdict(cfg),
+        "seed": seed,
+        "updates": updates,
+    }
 
 
 #: Readings of the spec's ambiguities 1 and 2 (arm, selection_gate, nondiscovery_credit); the outcome-GRPO arm
@@ -179,12 +209,12 @@ def data_version(*task_lists) -> str:
     """Fingerprint of the tasks read (ids, targets and clause texts of every split, in order, with the embedding
     model's key: what determines the clause embeddings, whose floats differ between CPU kernel paths)."""
     tasks = [t for ts in task_lists for t in ts]
-    return fingerprint([[t.uid, list(t.targets), list(t.clauses)] for t in tasks],
-                       embedding_key([c for t in tasks for c in t.clauses]))
+    return fingerprint(
+        [[t.uid, list(t.targets), list(t.clauses)] for t in tasks], embedding_key([c for t in tasks for c in t.clauses])
+    )
 
 
-def run_seed(world: World, train_tasks, val_tasks, test_tasks, base: TrainConfig, seed: int,
-             variants=VARIANTS) -> dict:
+def run_seed(world: World, train_tasks, val_tasks, test_tasks, base: TrainConfig, seed: int, variants=VARIANTS) -> dict:
     """One replication: train every reading in ``variants`` plus ``base``'s own once at ``seed``, score each
     greedily on validation and test, and choose the ToolSearcher reading with the best validation F1
     (``select_on_validation``: validation only).
@@ -209,13 +239,26 @@ def run_seed(world: World, train_tasks, val_tasks, test_tasks, base: TrainConfig
     for arm, gate, nondisc in readings:
         res = train(world, train_tasks, replace(base, arm=arm, gate=gate, nondiscovery=nondisc), seed)
         val = evaluate(world, res["theta"], val_tasks)
-        rows.append({"arm": arm, "gate": gate, "nondiscovery": nondisc, "updates": res["updates"],
-                     "wall_s": res["wall_s"], "history": res["history"],
-                     "val": {k: float(v.mean()) for k, v in val.items()},
-                     "test": evaluate(world, res["theta"], test_tasks)})
+        rows.append(
+            {
+                "arm": arm,
+                "gate": gate,
+                "nondiscovery": nondisc,
+                "updates": res["updates"],
+                "wall_s": res["wall_s"],
+                "history": res["history"],
+                "val": {k: float(v.mean()) for k, v in val.items()},
+                "test": evaluate(world, res["theta"], test_tasks),
+            }
+        )
     ts = {i: r for i, r in enumerate(rows) if r["arm"] == "toolsearcher"}
-    chosen, val_f1 = select_on_validation(list(ts), lambda i, split: ts[i]["val"]["f1"],
-                                          Split("validation", val_tasks), higher_is_better=True)
-    return {"variants": rows, "default": readings.index(own), "selected": chosen,
-            "grpo": next(i for i, r in enumerate(rows) if r["arm"] == "grpo"),
-            "val_f1": {f"{rows[i]['gate']}/{rows[i]['nondiscovery']}": f for i, f in val_f1.items()}}
+    chosen, val_f1 = select_on_validation(
+        list(ts), lambda i, split: ts[i]["val"]["f1"], Split("validation", val_tasks), higher_is_better=True
+    )
+    return {
+        "variants": rows,
+        "default": readings.index(own),
+        "selected": chosen,
+        "grpo": next(i for i, r in enumerate(rows) if r["arm"] == "grpo"),
+        "val_f1": {f"{rows[i]['gate']}/{rows[i]['nondiscovery']}": f for i, f in val_f1.items()},
+    }

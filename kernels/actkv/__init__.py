@@ -22,18 +22,39 @@ ascending order, i.e. the dense path's ``k[:, keep]``).
 
 Set ``TRITON_INTERPRET=1`` before importing to run the kernels on a CPU (tests/conftest.py does).
 """
+
 from agentpost.actkv.lrfu import HEAD_REDUCE, head_reduce  # the one home of the KV-head combination
 
-from .compaction import (CompactionPlan, compact_gather, compact_gather_reference, compact_inplace,
-                         compact_inplace_reference, compaction_plan)
+from .compaction import (
+    CompactionPlan,
+    compact_gather,
+    compact_gather_reference,
+    compact_inplace,
+    compact_inplace_reference,
+    compaction_plan,
+)
 from .copy_rows import copy_rows, copy_rows_reference
 from .decode_attention import paged_decode_attention, paged_decode_attention_reference
 from .paged_cache import PagedKVCache, append_kv, append_kv_reference, keep_mask_from_scores
 from .recovery import recover_action_attention, recover_action_attention_reference
 
 __all__ = [
-    "CompactionPlan", "HEAD_REDUCE", "PagedKVCache", "append_kv", "append_kv_reference", "compact_gather",
-    "compact_gather_reference", "compact_inplace", "compact_inplace_reference", "compaction_plan", "copy_rows",
-    "copy_rows_reference", "head_reduce", "keep_mask_from_scores", "paged_decode_attention",
-    "paged_decode_attention_reference", "recover_action_attention", "recover_action_attention_reference",
+    "CompactionPlan",
+    "HEAD_REDUCE",
+    "PagedKVCache",
+    "append_kv",
+    "append_kv_reference",
+    "compact_gather",
+    "compact_gather_reference",
+    "compact_inplace",
+    "compact_inplace_reference",
+    "compaction_plan",
+    "copy_rows",
+    "copy_rows_reference",
+    "head_reduce",
+    "keep_mask_from_scores",
+    "paged_decode_attention",
+    "paged_decode_attention_reference",
+    "recover_action_attention",
+    "recover_action_attention_reference",
 ]

@@ -4,6 +4,7 @@ Layout of one layer's paged cache: ``k_cache``/``v_cache`` are ``[num_blocks, bl
 (a token slot, all heads, is one contiguous row, so a slot move is one contiguous copy); ``block_table`` is
 ``[requests, max_blocks]`` int32/int64 physical block ids, ``-1`` where unused; ``seq_lens`` is ``[requests]``.
 """
+
 from __future__ import annotations
 
 import torch
@@ -12,10 +13,13 @@ import torch
 def check_cache(k_cache: torch.Tensor, v_cache: torch.Tensor) -> int:
     """Validate a paged K/V pair and return its block size."""
     if k_cache.dim() != 4:
-        raise ValueError(f"k_cache must be [num_blocks, block_size, kv_heads, head_dim], got shape {tuple(k_cache.shape)}")
+        raise ValueError(
+            f"k_cache must be [num_blocks, block_size, kv_heads, head_dim], got shape {tuple(k_cache.shape)}"
+        )
     if v_cache.shape != k_cache.shape or v_cache.dtype != k_cache.dtype or v_cache.device != k_cache.device:
-        raise ValueError(f"v_cache {tuple(v_cache.shape)}/{v_cache.dtype} must match "
-                         f"k_cache {tuple(k_cache.shape)}/{k_cache.dtype}")
+        raise ValueError(
+            f"v_cache {tuple(v_cache.shape)}/{v_cache.dtype} must match k_cache {tuple(k_cache.shape)}/{k_cache.dtype}"
+        )
     check_k_cache(k_cache)
     if not v_cache.is_contiguous():
         raise ValueError("v_cache must be contiguous")
@@ -24,7 +28,9 @@ def check_cache(k_cache: torch.Tensor, v_cache: torch.Tensor) -> int:
 
 def check_k_cache(k_cache: torch.Tensor) -> int:
     if k_cache.dim() != 4:
-        raise ValueError(f"k_cache must be [num_blocks, block_size, kv_heads, head_dim], got shape {tuple(k_cache.shape)}")
+        raise ValueError(
+            f"k_cache must be [num_blocks, block_size, kv_heads, head_dim], got shape {tuple(k_cache.shape)}"
+        )
     bs = k_cache.shape[1]
     if bs < 1 or bs & (bs - 1):
         raise ValueError(f"block_size must be a power of two, got {bs}")
@@ -35,14 +41,17 @@ def check_k_cache(k_cache: torch.Tensor) -> int:
 
 def check_table(block_table: torch.Tensor, seq_lens: torch.Tensor, block_size: int) -> None:
     if block_table.dim() != 2 or block_table.dtype not in (torch.int32, torch.int64):
-        raise ValueError(f"block_table must be a 2-D int32/int64 tensor, got {tuple(block_table.shape)} {block_table.dtype}")
+        raise ValueError(
+            f"block_table must be a 2-D int32/int64 tensor, got {tuple(block_table.shape)} {block_table.dtype}"
+        )
     if not block_table.is_contiguous():
         raise ValueError("block_table must be contiguous")
     if seq_lens.shape != (block_table.shape[0],):
         raise ValueError(f"seq_lens must have shape ({block_table.shape[0]},), got {tuple(seq_lens.shape)}")
     if seq_lens.numel() and (int(seq_lens.min()) < 0 or int(seq_lens.max()) > block_table.shape[1] * block_size):
         raise ValueError(
-            f"seq_lens must lie in [0, max_blocks*block_size={block_table.shape[1] * block_size}], got {seq_lens.tolist()}")
+            f"seq_lens must lie in [0, max_blocks*block_size={block_table.shape[1] * block_size}], got {seq_lens.tolist()}"
+        )
 
 
 def slot_index(block_table: torch.Tensor, rows: torch.Tensor, logical: torch.Tensor, block_size: int) -> torch.Tensor:

@@ -13,6 +13,7 @@ The gather baseline ("paged R-KV style") copies survivors in order into a worksp
 All functions mutate ``k_cache``, ``v_cache``, ``block_table`` and ``seq_lens`` in place and return
 ``(freed_blocks [R, max_freed], perm [R, max_B])``, both padded with -1.
 """
+
 from __future__ import annotations
 
 from typing import NamedTuple
@@ -38,16 +39,19 @@ def _check(k_cache, v_cache, block_table, seq_lens, keep):
     check_table(block_table, seq_lens, bs)
     R = block_table.shape[0]
     if keep.dtype != torch.bool or keep.dim() != 2 or keep.shape[0] != R:
-        raise ValueError(f"keep must be a bool [{R}, N] mask over logical entries, got {tuple(keep.shape)} {keep.dtype}")
+        raise ValueError(
+            f"keep must be a bool [{R}, N] mask over logical entries, got {tuple(keep.shape)} {keep.dtype}"
+        )
     if keep.shape[1] > block_table.shape[1] * bs:
-        raise ValueError(f"keep covers {keep.shape[1]} entries, more than the table's {block_table.shape[1] * bs} slots")
+        raise ValueError(
+            f"keep covers {keep.shape[1]} entries, more than the table's {block_table.shape[1] * bs} slots"
+        )
     if R and int(seq_lens.max()) > keep.shape[1]:
         raise ValueError(f"keep has {keep.shape[1]} columns but a request holds {int(seq_lens.max())} entries")
     live = torch.arange(keep.shape[1], device=keep.device)[None, :] < seq_lens[:, None].to(keep.device)
     if bool((keep & ~live).any()):
         raise ValueError("keep marks entries at or beyond seq_lens (dead slots) as kept")
     return bs
-
 
 
 def _padded_perm(rows, cols, values, R, width, device):
@@ -80,7 +84,10 @@ def compaction_plan(block_table, seq_lens, keep, block_size) -> CompactionPlan:
     return CompactionPlan(
         src_slots=slot_index(block_table, src_r, src_i, block_size),
         dst_slots=slot_index(block_table, dst_r, dst_i, block_size),
-        perm=perm, new_lens=B, n_freed=Y - X)
+        perm=perm,
+        new_lens=B,
+        n_freed=Y - X,
+    )
 
 
 def _shift_table(block_table, seq_lens, first, count, new_lens):
@@ -138,8 +145,9 @@ def compact_inplace_reference(k_cache, v_cache, block_table, seq_lens, keep):
             perm[d - start] = s
         perms.append(perm)
         freed_rows.append(table[: Y - X])
-        block_table[r] = torch.tensor(table[Y - X:] + [-1] * (Y - X), dtype=block_table.dtype,
-                                      device=block_table.device)
+        block_table[r] = torch.tensor(
+            table[Y - X :] + [-1] * (Y - X), dtype=block_table.dtype, device=block_table.device
+        )
         seq_lens[r] = B
     return _pad(freed_rows, block_table.dtype, block_table.device), _pad(perms, torch.long, keep.device)
 
@@ -191,7 +199,8 @@ def compact_gather_reference(k_cache, v_cache, block_table, seq_lens, keep):
         v_cache[new_b, new % bs] = v_work
         perms.append(kept.tolist())
         freed_rows.append(table[X:Y])
-        block_table[r] = torch.tensor(table[:X] + table[Y:] + [-1] * (Y - X), dtype=block_table.dtype,
-                                      device=block_table.device)
+        block_table[r] = torch.tensor(
+            table[:X] + table[Y:] + [-1] * (Y - X), dtype=block_table.dtype, device=block_table.device
+        )
         seq_lens[r] = B
     return _pad(freed_rows, block_table.dtype, block_table.device), _pad(perms, torch.long, keep.device)

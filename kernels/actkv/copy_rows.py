@@ -5,6 +5,7 @@ slot with all its KV heads (``kv_heads * head_dim`` contiguous elements). When `
 guarantee that no destination is also a source (Algorithm 4's conflict-free condition): then the pairs are
 independent and run in one parallel pass with no scratch buffer.
 """
+
 from __future__ import annotations
 
 import triton
@@ -45,7 +46,8 @@ def copy_rows(src_k, dst_k, src_v, dst_v, src_idx, dst_idx, *, num_warps: int = 
         return
     block = min(next_pow2(row), 2048)
     _copy_rows_kernel[(n, triton.cdiv(row, block))](
-        src_k, dst_k, src_v, dst_v, src_idx.contiguous(), dst_idx.contiguous(), row, BLOCK=block, num_warps=num_warps)
+        src_k, dst_k, src_v, dst_v, src_idx.contiguous(), dst_idx.contiguous(), row, BLOCK=block, num_warps=num_warps
+    )
 
 
 def copy_rows_reference(src_k, dst_k, src_v, dst_v, src_idx, dst_idx, *, num_warps: int = 4) -> None:

@@ -5,6 +5,7 @@ For request ``r`` and query head ``h`` (KV head ``g = h // G``, ``G = q_heads / 
 ``block_table[r]``, and ``lse[r,h] = log sum_j exp(scale * q[r,h] . k_j)`` (natural log, spec Alg. 3).
 One program per (request, KV head) serves the whole GQA group and streams the blocks with an online softmax.
 """
+
 from __future__ import annotations
 
 import math
@@ -18,10 +19,30 @@ from ._common import check_cache, check_table
 
 
 @triton.jit
-def _paged_decode_kernel(q_ptr, k_ptr, v_ptr, bt_ptr, lens_ptr, out_ptr, lse_ptr, scale,
-                         stride_qr, stride_qh, stride_kb, stride_ks, stride_kh, stride_btr,
-                         stride_or, stride_oh, stride_lr,
-                         G, D, BS: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_D: tl.constexpr):
+def _paged_decode_kernel(
+    q_ptr,
+    k_ptr,
+    v_ptr,
+    bt_ptr,
+    lens_ptr,
+    out_ptr,
+    lse_ptr,
+    scale,
+    stride_qr,
+    stride_qh,
+    stride_kb,
+    stride_ks,
+    stride_kh,
+    stride_btr,
+    stride_or,
+    stride_oh,
+    stride_lr,
+    G,
+    D,
+    BS: tl.constexpr,
+    BLOCK_G: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+):
     r = tl.program_id(0)
     g = tl.program_id(1)
     offs_g = tl.arange(0, BLOCK_G)
@@ -30,8 +51,9 @@ def _paged_decode_kernel(q_ptr, k_ptr, v_ptr, bt_ptr, lens_ptr, out_ptr, lse_ptr
     mg = offs_g < G
     md = offs_d < D
     heads = g * G + offs_g
-    q = tl.load(q_ptr + r * stride_qr + heads[:, None] * stride_qh + offs_d[None, :],
-                mask=mg[:, None] & md[None, :], other=0.0).to(tl.float32)
+    q = tl.load(
+        q_ptr + r * stride_qr + heads[:, None] * stride_qh + offs_d[None, :], mask=mg[:, None] & md[None, :], other=0.0
+    ).to(tl.float32)
     n = tl.load(lens_ptr + r)
     m_i = tl.full([BLOCK_G], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_G], tl.float32)
@@ -52,8 +74,11 @@ def _paged_decode_kernel(q_ptr, k_ptr, v_ptr, bt_ptr, lens_ptr, out_ptr, lse_ptr
         acc = acc * alpha[:, None] + tl.sum(p[:, :, None] * v[None, :, :], axis=1)
         m_i = m_new
     out = acc / l_i[:, None]
-    tl.store(out_ptr + r * stride_or + heads[:, None] * stride_oh + offs_d[None, :],
-             out.to(out_ptr.dtype.element_ty), mask=mg[:, None] & md[None, :])
+    tl.store(
+        out_ptr + r * stride_or + heads[:, None] * stride_oh + offs_d[None, :],
+        out.to(out_ptr.dtype.element_ty),
+        mask=mg[:, None] & md[None, :],
+    )
     tl.store(lse_ptr + r * stride_lr + heads, m_i + tl.log(l_i), mask=mg)
 
 
@@ -61,8 +86,9 @@ def _check(q, k_cache, v_cache, block_table, seq_lens):
     bs = check_cache(k_cache, v_cache)
     check_table(block_table, seq_lens, bs)
     if q.dim() != 3 or q.shape[0] != block_table.shape[0] or q.shape[2] != k_cache.shape[3]:
-        raise ValueError(f"q must be [requests={block_table.shape[0]}, q_heads, head_dim={k_cache.shape[3]}], "
-                         f"got {tuple(q.shape)}")
+        raise ValueError(
+            f"q must be [requests={block_table.shape[0]}, q_heads, head_dim={k_cache.shape[3]}], got {tuple(q.shape)}"
+        )
     if q.shape[1] % k_cache.shape[2]:
         raise ValueError(f"q_heads={q.shape[1]} must be a multiple of kv_heads={k_cache.shape[2]} (GQA)")
     if seq_lens.numel() and int(seq_lens.min()) < 1:
@@ -83,10 +109,30 @@ def paged_decode_attention(q, k_cache, v_cache, block_table, seq_lens, scale=Non
     if R == 0:
         return out, lse
     _paged_decode_kernel[(R, H)](
-        q, k_cache, v_cache, block_table, seq_lens, out, lse, scale,
-        q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), block_table.stride(0),
-        out.stride(0), out.stride(1), lse.stride(0),
-        G, D, BS=bs, BLOCK_G=next_pow2(G), BLOCK_D=next_pow2(D), num_warps=4)
+        q,
+        k_cache,
+        v_cache,
+        block_table,
+        seq_lens,
+        out,
+        lse,
+        scale,
+        q.stride(0),
+        q.stride(1),
+        k_cache.stride(0),
+        k_cache.stride(1),
+        k_cache.stride(2),
+        block_table.stride(0),
+        out.stride(0),
+        out.stride(1),
+        lse.stride(0),
+        G,
+        D,
+        BS=bs,
+        BLOCK_G=next_pow2(G),
+        BLOCK_D=next_pow2(D),
+        num_warps=4,
+    )
     return out, lse
 
 

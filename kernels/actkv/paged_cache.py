@@ -5,6 +5,7 @@ One pool per layer (``k[l]``/``v[l]`` are ``[num_blocks, block_size, kv_heads, h
 entries after the first compaction. Appending writes each new token's K/V row into slot ``seq_len`` through the
 block table, taking a block from the layer's free list when the last one is full.
 """
+
 from __future__ import annotations
 
 import math
@@ -23,8 +24,10 @@ from .recovery import recover_action_attention
 def _check_append(k_new, v_new, k_cache, v_cache, slot_mapping):
     check_cache(k_cache, v_cache)
     if k_new.dim() != 3 or k_new.shape[1:] != k_cache.shape[2:] or v_new.shape != k_new.shape:
-        raise ValueError(f"k_new/v_new must be [tokens, kv_heads, head_dim] = [N, {k_cache.shape[2]}, {k_cache.shape[3]}], "
-                         f"got {tuple(k_new.shape)} / {tuple(v_new.shape)}")
+        raise ValueError(
+            f"k_new/v_new must be [tokens, kv_heads, head_dim] = [N, {k_cache.shape[2]}, {k_cache.shape[3]}], "
+            f"got {tuple(k_new.shape)} / {tuple(v_new.shape)}"
+        )
     if slot_mapping.shape != (k_new.shape[0],):
         raise ValueError(f"slot_mapping must be [{k_new.shape[0]}], got {tuple(slot_mapping.shape)}")
     n_slots = k_cache.shape[0] * k_cache.shape[1]
@@ -37,8 +40,14 @@ def append_kv(k_new, v_new, k_cache, v_cache, slot_mapping):
     _check_append(k_new, v_new, k_cache, v_cache, slot_mapping)
     row = k_cache.shape[2] * k_cache.shape[3]
     src = torch.arange(k_new.shape[0], device=k_new.device)
-    copy_rows(k_new.to(k_cache.dtype).reshape(-1, row).contiguous(), k_cache.view(-1, row),
-              v_new.to(v_cache.dtype).reshape(-1, row).contiguous(), v_cache.view(-1, row), src, slot_mapping)
+    copy_rows(
+        k_new.to(k_cache.dtype).reshape(-1, row).contiguous(),
+        k_cache.view(-1, row),
+        v_new.to(v_cache.dtype).reshape(-1, row).contiguous(),
+        v_cache.view(-1, row),
+        src,
+        slot_mapping,
+    )
 
 
 def append_kv_reference(k_new, v_new, k_cache, v_cache, slot_mapping):
@@ -58,8 +67,19 @@ class PagedKVCache:
     ``free_blocks[l]`` the layer's free list.
     """
 
-    def __init__(self, num_layers, num_requests, num_kv_heads, head_dim, *, num_blocks, max_blocks_per_request,
-                 block_size=16, dtype=torch.float32, device="cpu"):
+    def __init__(
+        self,
+        num_layers,
+        num_requests,
+        num_kv_heads,
+        head_dim,
+        *,
+        num_blocks,
+        max_blocks_per_request,
+        block_size=16,
+        dtype=torch.float32,
+        device="cpu",
+    ):
         if min(num_layers, num_requests, num_kv_heads, head_dim, num_blocks, max_blocks_per_request) < 1:
             raise ValueError("layers, requests, kv_heads, head_dim, num_blocks and max_blocks_per_request must be >= 1")
         if block_size < 1 or block_size & (block_size - 1):
@@ -68,8 +88,9 @@ class PagedKVCache:
         self.block_size = block_size
         self.k = torch.zeros(shape, dtype=dtype, device=device)
         self.v = torch.zeros(shape, dtype=dtype, device=device)
-        self.block_tables = torch.full((num_layers, num_requests, max_blocks_per_request), -1, dtype=torch.int32,
-                                       device=device)
+        self.block_tables = torch.full(
+            (num_layers, num_requests, max_blocks_per_request), -1, dtype=torch.int32, device=device
+        )
         self.seq_lens = torch.zeros((num_layers, num_requests), dtype=torch.int32, device=device)
         self.free_blocks = [list(range(num_blocks - 1, -1, -1)) for _ in range(num_layers)]  # pop() -> lowest id
 
@@ -88,12 +109,15 @@ class PagedKVCache:
         for r in requests:
             need = math.ceil((int(self.seq_lens[layer, r]) + n_new) / self.block_size)
             if need > tables.shape[1]:
-                raise ValueError(f"request {r} needs {need} blocks on layer {layer}; "
-                                 f"max_blocks_per_request is {tables.shape[1]}")
+                raise ValueError(
+                    f"request {r} needs {need} blocks on layer {layer}; max_blocks_per_request is {tables.shape[1]}"
+                )
             have = int((tables[r] >= 0).sum())
             plan += [(r, j) for j in range(have, need)]
         if len(plan) > len(self.free_blocks[layer]):
-            raise RuntimeError(f"layer {layer} is out of blocks ({len(self.free_blocks[layer])} free, {len(plan)} needed)")
+            raise RuntimeError(
+                f"layer {layer} is out of blocks ({len(self.free_blocks[layer])} free, {len(plan)} needed)"
+            )
         for r, j in plan:
             tables[r, j] = self.free_blocks[layer].pop()
 
@@ -101,22 +125,30 @@ class PagedKVCache:
         """Append ``k_new``/``v_new`` [len(requests), n_tokens, kv_heads, head_dim] to ``requests`` (default: all)."""
         requests = list(range(self.block_tables.shape[1])) if requests is None else list(requests)
         if k_new.dim() != 4 or k_new.shape[0] != len(requests) or v_new.shape != k_new.shape:
-            raise ValueError(f"k_new/v_new must be [{len(requests)}, n_tokens, kv_heads, head_dim], "
-                             f"got {tuple(k_new.shape)} / {tuple(v_new.shape)}")
+            raise ValueError(
+                f"k_new/v_new must be [{len(requests)}, n_tokens, kv_heads, head_dim], "
+                f"got {tuple(k_new.shape)} / {tuple(v_new.shape)}"
+            )
         n = k_new.shape[1]
         lens = self.seq_lens[layer]
         self._reserve(layer, requests, n)
         rows = torch.tensor(requests, device=self.k.device)
         pos = lens[rows].long()[:, None] + torch.arange(n, device=self.k.device)[None, :]
         slots = slot_index(self.block_tables[layer], rows[:, None].expand(-1, n), pos, self.block_size)
-        append_kv(k_new.reshape(-1, *k_new.shape[2:]), v_new.reshape(-1, *v_new.shape[2:]),
-                  self.k[layer], self.v[layer], slots.reshape(-1))
+        append_kv(
+            k_new.reshape(-1, *k_new.shape[2:]),
+            v_new.reshape(-1, *v_new.shape[2:]),
+            self.k[layer],
+            self.v[layer],
+            slots.reshape(-1),
+        )
         lens[rows] += n
 
     def decode(self, layer: int, q: torch.Tensor, scale=None):
         """:func:`paged_decode_attention` on one layer -> ``(out, lse)``."""
-        return paged_decode_attention(q, self.k[layer], self.v[layer], self.block_tables[layer],
-                                      self.seq_lens[layer], scale)
+        return paged_decode_attention(
+            q, self.k[layer], self.v[layer], self.block_tables[layer], self.seq_lens[layer], scale
+        )
 
     def recover(self, layer: int, q, lse, ctx_lens, scale=None, acc=None, count=None):
         """:func:`recover_action_attention` on one layer -> ``(acc, count)``."""
@@ -142,8 +174,9 @@ class PagedKVCache:
         return flat_k[slots].transpose(0, 1), flat_v[slots].transpose(0, 1)
 
     @classmethod
-    def from_dense(cls, k: torch.Tensor, v: torch.Tensor, *, block_size: int = 16, extra_tokens: int = 0,
-                   dtype=None) -> "PagedKVCache":
+    def from_dense(
+        cls, k: torch.Tensor, v: torch.Tensor, *, block_size: int = 16, extra_tokens: int = 0, dtype=None
+    ) -> "PagedKVCache":
         """Build a cache from dense K/V: [layers, kv_heads, T, head_dim] (one request) or [requests, layers, ...].
 
         ``extra_tokens`` reserves room per request for later appends. Entry ``i`` of the dense cache becomes
@@ -152,12 +185,23 @@ class PagedKVCache:
         if k.dim() == 4:
             k, v = k[None], v[None]
         if k.dim() != 5 or v.shape != k.shape:
-            raise ValueError(f"k/v must be [layers, kv_heads, T, head_dim] or [requests, layers, kv_heads, T, head_dim], "
-                             f"got {tuple(k.shape)} / {tuple(v.shape)}")
+            raise ValueError(
+                f"k/v must be [layers, kv_heads, T, head_dim] or [requests, layers, kv_heads, T, head_dim], "
+                f"got {tuple(k.shape)} / {tuple(v.shape)}"
+            )
         R, L, H, T, D = k.shape
         mb = max(1, math.ceil((T + extra_tokens) / block_size))
-        cache = cls(L, R, H, D, num_blocks=R * mb, max_blocks_per_request=mb, block_size=block_size,
-                    dtype=dtype or k.dtype, device=k.device)
+        cache = cls(
+            L,
+            R,
+            H,
+            D,
+            num_blocks=R * mb,
+            max_blocks_per_request=mb,
+            block_size=block_size,
+            dtype=dtype or k.dtype,
+            device=k.device,
+        )
         for layer in range(L):
             if T:
                 cache.append(layer, k[:, layer].transpose(1, 2), v[:, layer].transpose(1, 2))

@@ -8,6 +8,7 @@ K is read through the block table, one program per (request, logical block, KV h
 Padding queries carry ``ctx_lens == 0`` and are not counted. ``agentpost.actkv.lrfu.head_reduce`` then combines the KV heads
 (spec ambiguity 1: ``mean_of_max`` by default).
 """
+
 from __future__ import annotations
 
 import math
@@ -21,10 +22,35 @@ from ._common import check_k_cache
 
 
 @triton.jit
-def _recover_kernel(q_ptr, lse_ptr, k_ptr, bt_ptr, ctx_ptr, acc_ptr, cnt_ptr, new_ptr, scale, T,
-                    stride_qr, stride_qt, stride_qh, stride_lr, stride_lt,
-                    stride_kb, stride_ks, stride_kh, stride_btr, stride_cr, stride_ar, stride_ag,
-                    G, D, BS: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_D: tl.constexpr):
+def _recover_kernel(
+    q_ptr,
+    lse_ptr,
+    k_ptr,
+    bt_ptr,
+    ctx_ptr,
+    acc_ptr,
+    cnt_ptr,
+    new_ptr,
+    scale,
+    T,
+    stride_qr,
+    stride_qt,
+    stride_qh,
+    stride_lr,
+    stride_lt,
+    stride_kb,
+    stride_ks,
+    stride_kh,
+    stride_btr,
+    stride_cr,
+    stride_ar,
+    stride_ag,
+    G,
+    D,
+    BS: tl.constexpr,
+    BLOCK_G: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+):
     r = tl.program_id(0)
     lb = tl.program_id(1)
     g = tl.program_id(2)
@@ -37,13 +63,23 @@ def _recover_kernel(q_ptr, lse_ptr, k_ptr, bt_ptr, ctx_ptr, acc_ptr, cnt_ptr, ne
     slot = lb * BS + offs_s
     pb = tl.load(bt_ptr + r * stride_btr + lb)
     live = (offs_s * 0 + pb) >= 0  # [BS]: the logical block is allocated
-    k = tl.load(k_ptr + tl.maximum(pb, 0).to(tl.int64) * stride_kb + offs_s[:, None] * stride_ks
-                + g * stride_kh + offs_d[None, :], mask=live[:, None] & md[None, :], other=0.0).to(tl.float32)
+    k = tl.load(
+        k_ptr
+        + tl.maximum(pb, 0).to(tl.int64) * stride_kb
+        + offs_s[:, None] * stride_ks
+        + g * stride_kh
+        + offs_d[None, :],
+        mask=live[:, None] & md[None, :],
+        other=0.0,
+    ).to(tl.float32)
     total = tl.zeros([BS], tl.float32)
     for t in range(0, T):
         c = tl.load(ctx_ptr + r * stride_cr + t)
-        q = tl.load(q_ptr + r * stride_qr + t * stride_qt + heads[:, None] * stride_qh + offs_d[None, :],
-                    mask=mg[:, None] & md[None, :], other=0.0).to(tl.float32)
+        q = tl.load(
+            q_ptr + r * stride_qr + t * stride_qt + heads[:, None] * stride_qh + offs_d[None, :],
+            mask=mg[:, None] & md[None, :],
+            other=0.0,
+        ).to(tl.float32)
         lse = tl.load(lse_ptr + r * stride_lr + t * stride_lt + heads, mask=mg, other=0.0)
         s = tl.sum(q[:, None, :] * k[None, :, :], axis=2) * scale
         vis = (slot < c) & live
@@ -59,7 +95,9 @@ def _recover_kernel(q_ptr, lse_ptr, k_ptr, bt_ptr, ctx_ptr, acc_ptr, cnt_ptr, ne
 def _check(q, lse, k_cache, block_table, ctx_lens, acc, count):
     bs = check_k_cache(k_cache)
     if q.dim() != 4 or q.shape[3] != k_cache.shape[3]:
-        raise ValueError(f"q must be [requests, action_tokens, q_heads, head_dim={k_cache.shape[3]}], got {tuple(q.shape)}")
+        raise ValueError(
+            f"q must be [requests, action_tokens, q_heads, head_dim={k_cache.shape[3]}], got {tuple(q.shape)}"
+        )
     R, T, Hq, _ = q.shape
     H = k_cache.shape[2]
     if Hq % H:
@@ -67,7 +105,9 @@ def _check(q, lse, k_cache, block_table, ctx_lens, acc, count):
     if lse.shape != (R, T, Hq):
         raise ValueError(f"lse must be [{R}, {T}, {Hq}] (one per action query and head), got {tuple(lse.shape)}")
     if ctx_lens.shape != (R, T):
-        raise ValueError(f"ctx_lens must be [{R}, {T}] (entries visible to each action query), got {tuple(ctx_lens.shape)}")
+        raise ValueError(
+            f"ctx_lens must be [{R}, {T}] (entries visible to each action query), got {tuple(ctx_lens.shape)}"
+        )
     if block_table.dim() != 2 or block_table.shape[0] != R or not block_table.is_contiguous():
         raise ValueError(f"block_table must be a contiguous [{R}, max_blocks] tensor, got {tuple(block_table.shape)}")
     N = block_table.shape[1] * bs
@@ -109,11 +149,35 @@ def recover_action_attention(q, lse, k_cache, block_table, ctx_lens, scale=None,
     ctx_lens = ctx_lens.contiguous()
     n_new = (ctx_lens > 0).sum(1).float()
     _recover_kernel[(R, block_table.shape[1], H)](
-        q, lse, k_cache, block_table, ctx_lens, acc, count, n_new, scale, T,
-        q.stride(0), q.stride(1), q.stride(2), lse.stride(0), lse.stride(1),
-        k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), block_table.stride(0), ctx_lens.stride(0),
-        acc.stride(0), acc.stride(1),
-        G, D, BS=bs, BLOCK_G=next_pow2(G), BLOCK_D=next_pow2(D), num_warps=4)
+        q,
+        lse,
+        k_cache,
+        block_table,
+        ctx_lens,
+        acc,
+        count,
+        n_new,
+        scale,
+        T,
+        q.stride(0),
+        q.stride(1),
+        q.stride(2),
+        lse.stride(0),
+        lse.stride(1),
+        k_cache.stride(0),
+        k_cache.stride(1),
+        k_cache.stride(2),
+        block_table.stride(0),
+        ctx_lens.stride(0),
+        acc.stride(0),
+        acc.stride(1),
+        G,
+        D,
+        BS=bs,
+        BLOCK_G=next_pow2(G),
+        BLOCK_D=next_pow2(D),
+        num_warps=4,
+    )
     count += n_new
     return acc, count
 

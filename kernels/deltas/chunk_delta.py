@@ -55,7 +55,7 @@ from .._common import next_pow2
 PRECISIONS = ("ieee", "tf32")
 #: Relative error bound (largest error / largest reference magnitude; per chunk for the drift) of the ``tf32``
 #: policy against a float64 recurrence: twice the worst truncated-tf32 error measured (module docstring).
-TF32_RTOL = 8 * 2.0 ** -10
+TF32_RTOL = 8 * 2.0**-10
 #: The ``ieee`` policy's bound (fp32 throughout): the tests' 1e-4.
 IEEE_RTOL = 1e-4
 
@@ -65,14 +65,15 @@ def _log_decay_between(gg, offs_c):
     """``D[t, j] = sum_{j < i <= t} g_i`` (0 for ``j >= t``), summed directly rather than as ``G_t - G_j``: within a
     fast-forgetting head the cumulative ``G`` reaches -200 over a chunk, and the difference of two such fp32 sums
     loses ~1e-5 of the small exponents near the diagonal, which are the ones that matter. Always an fp32 product."""
-    upto = tl.where(offs_c[None, :] <= offs_c[:, None], gg[None, :], 0.0)        # [t, i]: g_i for i <= t
-    after = tl.where(offs_c[:, None] > offs_c[None, :], 1.0, 0.0)                # [i, j]: 1 for i > j
+    upto = tl.where(offs_c[None, :] <= offs_c[:, None], gg[None, :], 0.0)  # [t, i]: g_i for i <= t
+    after = tl.where(offs_c[:, None] > offs_c[None, :], 1.0, 0.0)  # [i, j]: 1 for i > j
     return tl.dot(upto, after, input_precision="ieee")
 
 
 @triton.jit
-def _chunk_solve_kernel(k_ptr, g_ptr, b_ptr, m_ptr, T, H, DK, NC,
-                        C: tl.constexpr, BK: tl.constexpr, PRECISION: tl.constexpr):
+def _chunk_solve_kernel(
+    k_ptr, g_ptr, b_ptr, m_ptr, T, H, DK, NC, C: tl.constexpr, BK: tl.constexpr, PRECISION: tl.constexpr
+):
     """``M = (I + A)^{-1} diag(beta)`` of chunk ``program_id(0)`` of (batch, head) ``program_id(1)``."""
     c = tl.program_id(0)
     bh = tl.program_id(1)
@@ -83,15 +84,16 @@ def _chunk_solve_kernel(k_ptr, g_ptr, b_ptr, m_ptr, T, H, DK, NC,
     t = c * C + offs_c
     mt = t < T
     row = (b * T + t) * H + h
-    kk = tl.load(k_ptr + row[:, None] * DK + offs_k[None, :], mask=mt[:, None] & (offs_k[None, :] < DK),
-                 other=0.0).to(tl.float32)
+    kk = tl.load(k_ptr + row[:, None] * DK + offs_k[None, :], mask=mt[:, None] & (offs_k[None, :] < DK), other=0.0).to(
+        tl.float32
+    )
     gg = tl.load(g_ptr + row, mask=mt, other=0.0).to(tl.float32)
     bb = tl.load(b_ptr + row, mask=mt, other=0.0).to(tl.float32)
     strict = offs_c[:, None] > offs_c[None, :]
     decay = tl.exp(_log_decay_between(gg, offs_c))
     A = tl.where(strict, bb[:, None] * decay * tl.dot(kk, tl.trans(kk), input_precision=PRECISION), 0.0)
     inv = tl.where(offs_c[:, None] == offs_c[None, :], 1.0, 0.0)
-    for i in range(1, C):                       # row i from the finished rows j < i (A_ij = 0 for j >= i)
+    for i in range(1, C):  # row i from the finished rows j < i (A_ij = 0 for j >= i)
         a_i = tl.sum(tl.where(offs_c[:, None] == i, A, 0.0), 0)
         inv = tl.where(offs_c[:, None] == i, inv - tl.sum(a_i[:, None] * inv, 0)[None, :], inv)
     m = inv * bb[None, :]
@@ -99,10 +101,31 @@ def _chunk_solve_kernel(k_ptr, g_ptr, b_ptr, m_ptr, T, H, DK, NC,
 
 
 @triton.jit
-def _chunk_delta_kernel(q_ptr, k_ptr, v_ptr, g_ptr, m_ptr, s0_ptr, o_ptr, sT_ptr, part_ptr,
-                        T, H, DK, DV, NC, NV, scale,
-                        C: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, PRECISION: tl.constexpr,
-                        HAS_S0: tl.constexpr, WITH_DRIFT: tl.constexpr, WRITE_ONLY: tl.constexpr):
+def _chunk_delta_kernel(
+    q_ptr,
+    k_ptr,
+    v_ptr,
+    g_ptr,
+    m_ptr,
+    s0_ptr,
+    o_ptr,
+    sT_ptr,
+    part_ptr,
+    T,
+    H,
+    DK,
+    DV,
+    NC,
+    NV,
+    scale,
+    C: tl.constexpr,
+    BK: tl.constexpr,
+    BV: tl.constexpr,
+    PRECISION: tl.constexpr,
+    HAS_S0: tl.constexpr,
+    WITH_DRIFT: tl.constexpr,
+    WRITE_ONLY: tl.constexpr,
+):
     """Walk the chunks of (batch, head) ``program_id(0)`` for value columns block ``program_id(1)``."""
     bh = tl.program_id(0)
     pv = tl.program_id(1)
@@ -123,33 +146,38 @@ def _chunk_delta_kernel(q_ptr, k_ptr, v_ptr, g_ptr, m_ptr, s0_ptr, o_ptr, sT_ptr
     for c in range(0, NC):
         t = c * C + offs_c
         mt = t < T
-        row = (b * T + t) * H + h                                   # index of (b, t, h) in [B, T, H]
+        row = (b * T + t) * H + h  # index of (b, t, h) in [B, T, H]
         kq_mask = mt[:, None] & mk[None, :]
         kk = tl.load(k_ptr + row[:, None] * DK + offs_k[None, :], mask=kq_mask, other=0.0).to(tl.float32)
         qq = tl.load(q_ptr + row[:, None] * DK + offs_k[None, :], mask=kq_mask, other=0.0).to(tl.float32) * scale
-        vv = tl.load(v_ptr + row[:, None] * DV + offs_v[None, :], mask=mt[:, None] & mv[None, :],
-                     other=0.0).to(tl.float32)
+        vv = tl.load(v_ptr + row[:, None] * DV + offs_v[None, :], mask=mt[:, None] & mv[None, :], other=0.0).to(
+            tl.float32
+        )
         gg = tl.load(g_ptr + row, mask=mt, other=0.0).to(tl.float32)
         m = tl.load(m_ptr + ((bh * NC + c) * C + offs_c[:, None]) * C + offs_c[None, :])
         G = tl.cumsum(gg, 0)
         G_last = tl.sum(gg, 0)
         D = _log_decay_between(gg, offs_c)
         decay = tl.where(lower, tl.exp(D), 0.0)
-        to_end = tl.sum(tl.where(offs_c[:, None] == C - 1, D, 0.0), 0)   # G_C - G_t, summed directly
+        to_end = tl.sum(tl.where(offs_c[:, None] == C - 1, D, 0.0), 0)  # G_C - G_t, summed directly
         rhs = vv - tl.exp(G)[:, None] * tl.dot(kk, S, input_precision=PRECISION)
         U = tl.dot(m, rhs, input_precision=PRECISION)
         qk = decay * tl.dot(qq, tl.trans(kk), input_precision=PRECISION)
         out = tl.exp(G)[:, None] * tl.dot(qq, S, input_precision=PRECISION) + tl.dot(qk, U, input_precision=PRECISION)
-        tl.store(o_ptr + row[:, None] * DV + offs_v[None, :], out.to(o_ptr.dtype.element_ty),
-                 mask=mt[:, None] & mv[None, :])
+        tl.store(
+            o_ptr + row[:, None] * DV + offs_v[None, :], out.to(o_ptr.dtype.element_ty), mask=mt[:, None] & mv[None, :]
+        )
         write = tl.dot(tl.trans(kk), tl.exp(to_end)[:, None] * U, input_precision=PRECISION)
         S_new = tl.exp(G_last) * S + write
         if WITH_DRIFT:
             if WRITE_ONLY:
                 change = write
-            else:   # S' - S = (e^{G_C} - 1) S + write, without rounding S' first (a small change of a large state)
-                em1 = tl.where(G_last > -1e-2, G_last * (1.0 + G_last * (0.5 + G_last * (1.0 / 6 + G_last / 24))),
-                               tl.exp(G_last) - 1.0)
+            else:  # S' - S = (e^{G_C} - 1) S + write, without rounding S' first (a small change of a large state)
+                em1 = tl.where(
+                    G_last > -1e-2,
+                    G_last * (1.0 + G_last * (0.5 + G_last * (1.0 / 6 + G_last / 24))),
+                    tl.exp(G_last) - 1.0,
+                )
                 change = em1 * S + write
             part = part_ptr + ((bh * NV + pv) * NC + c) * 2
             tl.store(part, tl.sum(tl.sum(change * change, 1), 0))
@@ -159,14 +187,22 @@ def _chunk_delta_kernel(q_ptr, k_ptr, v_ptr, g_ptr, m_ptr, s0_ptr, o_ptr, sT_ptr
 
 
 def _validate(q, k, v, g, beta, initial_state, chunk_size, drift_norm, drift_source="raw", precision="ieee"):
-    if q.dim() != 4 or k.shape != q.shape or v.shape[:3] != q.shape[:3] or g.shape != q.shape[:3] \
-            or beta.shape != q.shape[:3]:
-        raise ValueError("need q, k [B, T, H, d_k], v [B, T, H, d_v], g, beta [B, T, H]; got "
-                         f"{[tuple(x.shape) for x in (q, k, v, g, beta)]}")
+    if (
+        q.dim() != 4
+        or k.shape != q.shape
+        or v.shape[:3] != q.shape[:3]
+        or g.shape != q.shape[:3]
+        or beta.shape != q.shape[:3]
+    ):
+        raise ValueError(
+            "need q, k [B, T, H, d_k], v [B, T, H, d_v], g, beta [B, T, H]; got "
+            f"{[tuple(x.shape) for x in (q, k, v, g, beta)]}"
+        )
     B, T, H, dk = q.shape
     if initial_state is not None and tuple(initial_state.shape) != (B, H, dk, v.shape[-1]):
-        raise ValueError(f"initial_state must be [B, H, d_k, d_v] = {(B, H, dk, v.shape[-1])}, "
-                         f"got {tuple(initial_state.shape)}")
+        raise ValueError(
+            f"initial_state must be [B, H, d_k, d_v] = {(B, H, dk, v.shape[-1])}, got {tuple(initial_state.shape)}"
+        )
     if chunk_size < 16 or chunk_size & (chunk_size - 1):
         raise ValueError(f"chunk_size must be a power of two >= 16 (tensor-core tile), got {chunk_size}")
     if drift_norm not in DRIFT_NORMS:
@@ -177,10 +213,23 @@ def _validate(q, k, v, g, beta, initial_state, chunk_size, drift_norm, drift_sou
         raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
 
 
-def chunk_gated_delta_drift(q, k, v, g, beta, initial_state=None, *, scale: float | None = None,
-                            chunk_size: int = 64, with_drift: bool = True, drift_norm: str = "relative",
-                            eps: float = 1e-6, drift_source: str = "raw", precision: str = "ieee",
-                            block_v: int = 64):
+def chunk_gated_delta_drift(
+    q,
+    k,
+    v,
+    g,
+    beta,
+    initial_state=None,
+    *,
+    scale: float | None = None,
+    chunk_size: int = 64,
+    with_drift: bool = True,
+    drift_norm: str = "relative",
+    eps: float = 1e-6,
+    drift_source: str = "raw",
+    precision: str = "ieee",
+    block_v: int = 64,
+):
     """Triton chunked gated delta rule. Returns ``(o [B,T,H,d_v], final_state [B,H,d_k,d_v] fp32, drift)``,
     ``drift`` ``[B, H, ceil(T/chunk_size)]`` fp32, or None when ``with_drift`` is False. ``precision`` is the
     ``tl.dot`` input precision (module docstring); ``block_v`` the value columns per program (a power of two)."""
@@ -194,31 +243,74 @@ def chunk_gated_delta_drift(q, k, v, g, beta, initial_state=None, *, scale: floa
     BK, BV = max(16, next_pow2(dk)), min(block_v, max(16, next_pow2(dv)))
     n_vblocks = triton.cdiv(dv, BV)
     m = torch.empty(B * H, n_chunks, chunk_size, chunk_size, device=q.device, dtype=torch.float32)
-    _chunk_solve_kernel[(n_chunks, B * H)](k, g, beta, m, T, H, dk, n_chunks, C=chunk_size, BK=BK,
-                                           PRECISION=precision)
+    _chunk_solve_kernel[(n_chunks, B * H)](k, g, beta, m, T, H, dk, n_chunks, C=chunk_size, BK=BK, PRECISION=precision)
     o = torch.empty_like(v)
     final = torch.empty(B, H, dk, dv, device=q.device, dtype=torch.float32)
     parts = torch.empty(B, H, n_vblocks, n_chunks, 2, device=q.device, dtype=torch.float32)
     s0 = initial_state.float().contiguous() if initial_state is not None else final
     _chunk_delta_kernel[(B * H, n_vblocks)](
-        q, k, v, g, m, s0, o, final, parts, T, H, dk, dv, n_chunks, n_vblocks,
+        q,
+        k,
+        v,
+        g,
+        m,
+        s0,
+        o,
+        final,
+        parts,
+        T,
+        H,
+        dk,
+        dv,
+        n_chunks,
+        n_vblocks,
         1.0 / math.sqrt(dk) if scale is None else float(scale),
-        C=chunk_size, BK=BK, BV=BV, PRECISION=precision, HAS_S0=initial_state is not None,
-        WITH_DRIFT=with_drift, WRITE_ONLY=drift_source == "write")
+        C=chunk_size,
+        BK=BK,
+        BV=BV,
+        PRECISION=precision,
+        HAS_S0=initial_state is not None,
+        WITH_DRIFT=with_drift,
+        WRITE_ONLY=drift_source == "write",
+    )
     if not with_drift:
         return o, final, None
     change, before = parts.sum(2).sqrt().unbind(-1)
     return o, final, (change / (before + eps) if drift_norm == "relative" else change)
 
 
-def chunk_gated_delta_drift_reference(q, k, v, g, beta, initial_state=None, *, scale: float | None = None,
-                                      chunk_size: int = 64, with_drift: bool = True, drift_norm: str = "relative",
-                                      eps: float = 1e-6, drift_source: str = "raw", precision: str = "ieee",
-                                      block_v: int = 64):
+def chunk_gated_delta_drift_reference(
+    q,
+    k,
+    v,
+    g,
+    beta,
+    initial_state=None,
+    *,
+    scale: float | None = None,
+    chunk_size: int = 64,
+    with_drift: bool = True,
+    drift_norm: str = "relative",
+    eps: float = 1e-6,
+    drift_source: str = "raw",
+    precision: str = "ieee",
+    block_v: int = 64,
+):
     """Torch reference of :func:`chunk_gated_delta_drift` (same signature; ``precision`` and ``block_v`` only
     tune the kernel): :func:`agentpost.deltas.rule.chunk_gated_delta`."""
     _validate(q, k, v, g, beta, initial_state, chunk_size, drift_norm, drift_source, precision)
-    o, final, drift = chunk_gated_delta(q, k, v, g, beta, initial_state=initial_state, scale=scale,
-                                        chunk_size=chunk_size, with_drift=with_drift, drift_norm=drift_norm, eps=eps,
-                                        drift_source=drift_source)
+    o, final, drift = chunk_gated_delta(
+        q,
+        k,
+        v,
+        g,
+        beta,
+        initial_state=initial_state,
+        scale=scale,
+        chunk_size=chunk_size,
+        with_drift=with_drift,
+        drift_norm=drift_norm,
+        eps=eps,
+        drift_source=drift_source,
+    )
     return o.to(v.dtype), final, drift

@@ -23,8 +23,11 @@ REPO = project_root()
 DATA = REPO.parent / "shared" / "data"
 TINY = ["-p", "train_fraction=0.05", "-p", "n_boot=200", "-p", "lambda_step=0.25", "-p", "bigram_k_grid=[0.01]"]
 #: The same tiny size as a profile of the throwaway project, so its runs are profile runs (not ad-hoc).
-TINY_PROFILE = {"description": "e2e tests: the protocol chapter at a tiny size", "seeds": [42, 43, 44],
-                "parameters": {"train_fraction": 0.05, "n_boot": 200, "lambda_step": 0.25, "bigram_k_grid": [0.01]}}
+TINY_PROFILE = {
+    "description": "e2e tests: the protocol chapter at a tiny size",
+    "seeds": [42, 43, 44],
+    "parameters": {"train_fraction": 0.05, "n_boot": 200, "lambda_step": 0.25, "bigram_k_grid": [0.01]},
+}
 
 
 def make_project(dest: Path) -> Path:

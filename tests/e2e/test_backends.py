@@ -58,7 +58,9 @@ def _descendants(root: int) -> dict[int, str]:
         if entry.name.isdigit():
             try:
                 stat = (entry / "stat").read_text()
-                commands[int(entry.name)] = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+                commands[int(entry.name)] = (
+                    (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+                )
             except OSError:
                 continue
             parents[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
@@ -142,10 +144,15 @@ def ray_runs(ray_cluster):
 
 def test_a_run_no_node_can_hold_is_refused_before_it_waits_for_ever(ray_cluster):
     profile = yaml.safe_load((ray_cluster / "params" / "paired-protocol" / "tiny.yaml").read_text())
-    (ray_cluster / "params" / "paired-protocol" / "gpu.yaml").write_text(yaml.safe_dump({**profile, "resources": {"num_gpus": 1}}))
+    (ray_cluster / "params" / "paired-protocol" / "gpu.yaml").write_text(
+        yaml.safe_dump({**profile, "resources": {"num_gpus": 1}})
+    )
     specs = plan_runs(["paired-protocol"], "gpu", seeds="42")
-    with pytest.raises(UsageError, match=r"params/paired-protocol/gpu.yaml: a run asks for 1 CPU\(s\) and 1 GPU\(s\), "
-                                         r"but the largest node of the Ray cluster has 2 CPU\(s\) and 0 GPU\(s\)"):
+    with pytest.raises(
+        UsageError,
+        match=r"params/paired-protocol/gpu.yaml: a run asks for 1 CPU\(s\) and 1 GPU\(s\), "
+        r"but the largest node of the Ray cluster has 2 CPU\(s\) and 0 GPU\(s\)",
+    ):
         list(RayBackend().submit(specs, jobs=1))
     assert not (ray_cluster / rc.RUNS_DIR / "paired-protocol" / "gpu").exists()
 
@@ -234,8 +241,13 @@ def test_a_missing_engine_names_the_extra_to_install(monkeypatch):
     import builtins
 
     real_import = builtins.__import__
-    monkeypatch.setattr(builtins, "__import__", lambda name, *a, **k: (
-        (_ for _ in ()).throw(ImportError(name)) if name in ("ray", "submitit") else real_import(name, *a, **k)))
+    monkeypatch.setattr(
+        builtins,
+        "__import__",
+        lambda name, *a, **k: (
+            (_ for _ in ()).throw(ImportError(name)) if name in ("ray", "submitit") else real_import(name, *a, **k)
+        ),
+    )
     with pytest.raises(UsageError, match=r"pip install -e '\.\[ray\]'"):
         make_backend("ray")
     with pytest.raises(UsageError, match=r"pip install -e '\.\[slurm\]'"):

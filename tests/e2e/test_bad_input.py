@@ -44,10 +44,12 @@ def run(*args: str) -> tuple[str, ...]:
 
 def profile(text: str | bytes, name: str = "bad") -> Callable[[Path], dict]:
     """A profile file ``params/paired-protocol/<name>.yaml`` holding ``text``."""
+
     def setup(project: Path) -> dict:
         path = project / PROFILE / f"{name}.yaml"
         path.write_bytes(text if isinstance(text, bytes) else text.encode())
         return {}
+
     return setup
 
 
@@ -56,6 +58,7 @@ def notebook(edit: Callable[[bytes], bytes]) -> Callable[[Path], dict]:
         path = project / "notebooks" / f"{PP}.ipynb"
         path.write_bytes(edit(path.read_bytes()))
         return {}
+
     return setup
 
 
@@ -70,6 +73,7 @@ def env(**values: str) -> Callable[[Path], dict]:
 
 def data_copy(edit_test_txt: Callable[[bytes], bytes]) -> Callable[[Path], dict]:
     """A data folder whose wikitext-2/test.txt is edited (the other files linked to the shared ones)."""
+
     def setup(project: Path) -> dict:
         data = project.parent / "data" / "wikitext-2"
         data.mkdir(parents=True)
@@ -77,11 +81,13 @@ def data_copy(edit_test_txt: Callable[[bytes], bytes]) -> Callable[[Path], dict]
             (data / f).symlink_to(DATA / "wikitext-2" / f)
         (data / "test.txt").write_bytes(edit_test_txt((DATA / "wikitext-2" / "test.txt").read_bytes()))
         return {"AGENTPOST_DATA": str(data.parent)}
+
     return setup
 
 
 def run_folder(receipt: bytes | None, nb: bytes | None) -> Callable[[Path], dict]:
     """A run folder outside the project (``<tmp>/run``) holding the given receipt and notebook bytes."""
+
     def setup(project: Path) -> dict:
         folder = project.parent / "run"
         folder.mkdir()
@@ -90,22 +96,28 @@ def run_folder(receipt: bytes | None, nb: bytes | None) -> Callable[[Path], dict
         if nb is not None:
             (folder / "notebook.ipynb").write_bytes(nb)
         return {}
+
     return setup
 
 
 def data_folder(source_md: Callable[[bytes], bytes] = lambda b: b, test_txt: str = "link") -> Callable[[Path], dict]:
     """A wikitext-2 folder linked to the shared one, with an edited SOURCE.md and ``test.txt`` a link, a folder,
     a FIFO or its first 3000 bytes."""
+
     def setup(project: Path) -> dict:
         data = project.parent / "data" / "wikitext-2"
         data.mkdir(parents=True)
         for f in ("train.txt", "valid.txt"):
             (data / f).symlink_to(DATA / "wikitext-2" / f)
         (data / "SOURCE.md").write_bytes(source_md((DATA / "wikitext-2" / "SOURCE.md").read_bytes()))
-        {"link": lambda p: p.symlink_to(DATA / "wikitext-2" / "test.txt"), "folder": Path.mkdir,
-         "fifo": os.mkfifo, "short": lambda p: p.write_bytes((DATA / "wikitext-2" / "test.txt").read_bytes()[:3000]),
-         }[test_txt](data / "test.txt")
+        {
+            "link": lambda p: p.symlink_to(DATA / "wikitext-2" / "test.txt"),
+            "folder": Path.mkdir,
+            "fifo": os.mkfifo,
+            "short": lambda p: p.write_bytes((DATA / "wikitext-2" / "test.txt").read_bytes()[:3000]),
+        }[test_txt](data / "test.txt")
         return {"AGENTPOST_DATA": str(data.parent)}
+
     return setup
 
 
@@ -113,6 +125,7 @@ def profile_link(target: str) -> Callable[[Path], dict]:
     def setup(project: Path) -> dict:
         (project / PROFILE / "bad.yaml").symlink_to(target)
         return {}
+
     return setup
 
 
@@ -138,6 +151,7 @@ def read_only_runs(project: Path) -> dict:
 def stored_receipt(receipt: bytes, where: str = "paired-protocol/smoke/seed-1-x") -> Callable[[Path], dict]:
     """A run folder under the project's runs root holding ``receipt`` (and an empty notebook), plus a claims
     report ``<tmp>/claims.json`` for the ledger."""
+
     def setup(project: Path) -> dict:
         folder = project / "book" / "runs" / where
         folder.mkdir(parents=True)
@@ -145,6 +159,7 @@ def stored_receipt(receipt: bytes, where: str = "paired-protocol/smoke/seed-1-x"
         (folder / "notebook.ipynb").write_bytes(NB_JSON)
         (project.parent / "claims.json").write_text("{}")
         return {}
+
     return setup
 
 
@@ -161,15 +176,29 @@ ROWS = [
     Row("address-without-ray", run("--address", "auto"), 2, "--address is for --backend ray, not local"),
     Row("partition-without-slurm", run("--partition", "gpu"), 2, "--partition is for --backend slurm, not local"),
     Row("time-without-slurm", run("--backend", "ray", "--time", "30"), 2, "--time is for --backend slurm, not ray"),
-    Row("address-malformed", run("--backend", "ray", "--address", "nonsense"), 2,
-        "--address must be auto, ray://HOST:PORT or HOST:PORT, got 'nonsense'"),
+    Row(
+        "address-malformed",
+        run("--backend", "ray", "--address", "nonsense"),
+        2,
+        "--address must be auto, ray://HOST:PORT or HOST:PORT, got 'nonsense'",
+    ),
     Row("time-zero", run("--backend", "slurm", "--time", "0"), 2, "--time must be at least 1 minute, got 0"),
     Row("time-not-a-number", run("--backend", "slurm", "--time", "soon"), 2, "--time"),
     Row("slurm-without-sbatch", run("--backend", "slurm"), 2, "sbatch is not on PATH", env(PATH="/nonexistent")),
-    Row("profile-resources-unknown", run("--profile", "bad"), 2, "unknown resources ['gpus']",
-        profile("seeds: [1]\nresources: {gpus: 1}\n")),
-    Row("profile-retries-negative", run("--profile", "bad"), 2, "max_retries must be an integer from 0 to 10",
-        profile("seeds: [1]\nmax_retries: -1\n")),
+    Row(
+        "profile-resources-unknown",
+        run("--profile", "bad"),
+        2,
+        "unknown resources ['gpus']",
+        profile("seeds: [1]\nresources: {gpus: 1}\n"),
+    ),
+    Row(
+        "profile-retries-negative",
+        run("--profile", "bad"),
+        2,
+        "max_retries must be an integer from 0 to 10",
+        profile("seeds: [1]\nmax_retries: -1\n"),
+    ),
     Row("chapter-twice", run(PP), 2, "named more than once: paired-protocol"),
     Row("unknown-chapter", ("run", "no-such-chapter"), 2, "no-such-chapter"),
     Row("chapter-not-started", ("run", "opsd"), 2, "opsd"),
@@ -179,26 +208,59 @@ ROWS = [
     Row("profile-path-absolute", run("--profile", "/etc/passwd"), 2, "is not a profile name"),
     Row("profile-bare-number", run("--profile", "bad"), 2, "bad.yaml: must be a YAML mapping", profile("42\n")),
     Row("profile-invalid-yaml", run("--profile", "bad"), 2, "bad.yaml: invalid YAML", profile("seeds: [1, 2\n")),
-    Row("profile-a-list", run("--profile", "bad"), 2, "must be a YAML mapping", profile("[42, 43]\n"),
-        absent="unknown profile keys"),
-    Row("profile-a-string", run("--profile", "bad"), 2, "must be a YAML mapping", profile("hello\n"),
-        absent="'h', 'e'"),
-    Row("profile-parameters-a-list", run("--profile", "bad"), 2, "`parameters:` must be a mapping",
-        profile("seeds: [1]\nparameters: [1, 2]\n")),
+    Row(
+        "profile-a-list",
+        run("--profile", "bad"),
+        2,
+        "must be a YAML mapping",
+        profile("[42, 43]\n"),
+        absent="unknown profile keys",
+    ),
+    Row(
+        "profile-a-string", run("--profile", "bad"), 2, "must be a YAML mapping", profile("hello\n"), absent="'h', 'e'"
+    ),
+    Row(
+        "profile-parameters-a-list",
+        run("--profile", "bad"),
+        2,
+        "`parameters:` must be a mapping",
+        profile("seeds: [1]\nparameters: [1, 2]\n"),
+    ),
     Row("profile-not-utf8", run("--profile", "bad"), 2, "bad.yaml: not UTF-8", profile(b"seeds: [1]\n# caf\xe9\n")),
     Row("profile-unknown-key", run("--profile", "bad"), 2, "unknown profile keys ['seed']", profile("seed: 1\n")),
     Row("profile-timeout-text", run("--profile", "bad"), 2, "`timeout_s:`", profile("seeds: [1]\ntimeout_s: soon\n")),
     Row("profile-timeout-negative", run("--profile", "bad"), 2, "`timeout_s:`", profile("seeds: [1]\ntimeout_s: -1\n")),
-    Row("profile-seeds-a-string", run("--profile", "bad"), 2, "seeds must be a list of integers",
-        profile("seeds: abc\n"), absent="empty"),
+    Row(
+        "profile-seeds-a-string",
+        run("--profile", "bad"),
+        2,
+        "seeds must be a list of integers",
+        profile("seeds: abc\n"),
+        absent="empty",
+    ),
     Row("profile-seeds-empty", run("--profile", "bad"), 2, "seed list is empty", profile("seeds: []\n")),
-    Row("profile-seed-negative", run("--profile", "bad"), 2, "seeds [-5] are outside the seed range",
-        profile("seeds: [-5]\n")),
+    Row(
+        "profile-seed-negative",
+        run("--profile", "bad"),
+        2,
+        "seeds [-5] are outside the seed range",
+        profile("seeds: [-5]\n"),
+    ),
     Row("profile-seeds-duplicate", run("--profile", "bad"), 2, "duplicate seeds", profile("seeds: [1, 1]\n")),
-    Row("profile-value-wrong-type", run("--profile", "bad"), 2, "parameter 'n_boot' must be int",
-        profile("seeds: [1]\nparameters: {n_boot: x}\n")),
-    Row("profile-value-out-of-range", run("--profile", "bad"), 2, "bad.yaml: parameter 'train_fraction' = 7",
-        profile("seeds: [1]\nparameters: {train_fraction: 7}\n")),
+    Row(
+        "profile-value-wrong-type",
+        run("--profile", "bad"),
+        2,
+        "parameter 'n_boot' must be int",
+        profile("seeds: [1]\nparameters: {n_boot: x}\n"),
+    ),
+    Row(
+        "profile-value-out-of-range",
+        run("--profile", "bad"),
+        2,
+        "bad.yaml: parameter 'train_fraction' = 7",
+        profile("seeds: [1]\nparameters: {train_fraction: 7}\n"),
+    ),
     # ---- -p overrides
     Row("param-unknown", run("-p", "no_such_param=1"), 2, "unknown parameter 'no_such_param'", absent="seed,"),
     Row("param-seed", run("-p", "seed=5"), 2, "'seed' is set by the seed list"),
@@ -217,101 +279,287 @@ ROWS = [
     Row("seeds-negative", run("--seeds=-1"), 2, "seeds [-1] are outside the seed range 0..4294967295"),
     Row("seeds-huge", run("--seeds", "4294967296"), 2, "seeds [4294967296] are outside"),
     # ---- the notebook
-    Row("notebook-expression", run(), 2, "paired-protocol.ipynb: parameter 'n_boot' = 2 * 2000 is not a literal",
-        parameters_line("n_boot = 4000", "n_boot = 2 * 2000")),
-    Row("notebook-bad-declaration", run(), 2, "paired-protocol.ipynb: parameter 'n_boot': write its declaration", notebook(
-        lambda b: b.replace(b"(range: 1..)", b"(range: many)", 1))),
-    Row("notebook-bad-bound", run(), 2, "the bound 'x' of its declared range", notebook(
-        lambda b: b.replace(b"(range: 1..)", b"(range: x..)", 1))),
-    Row("notebook-truncated", run(), 2, "paired-protocol.ipynb: not a readable notebook", notebook(lambda b: b[: len(b) // 2])),
+    Row(
+        "notebook-expression",
+        run(),
+        2,
+        "paired-protocol.ipynb: parameter 'n_boot' = 2 * 2000 is not a literal",
+        parameters_line("n_boot = 4000", "n_boot = 2 * 2000"),
+    ),
+    Row(
+        "notebook-bad-declaration",
+        run(),
+        2,
+        "paired-protocol.ipynb: parameter 'n_boot': write its declaration",
+        notebook(lambda b: b.replace(b"(range: 1..)", b"(range: many)", 1)),
+    ),
+    Row(
+        "notebook-bad-bound",
+        run(),
+        2,
+        "the bound 'x' of its declared range",
+        notebook(lambda b: b.replace(b"(range: 1..)", b"(range: x..)", 1)),
+    ),
+    Row(
+        "notebook-truncated",
+        run(),
+        2,
+        "paired-protocol.ipynb: not a readable notebook",
+        notebook(lambda b: b[: len(b) // 2]),
+    ),
     Row("notebook-empty", run(), 2, "paired-protocol.ipynb: not a readable notebook", notebook(lambda b: b"")),
-    Row("notebook-no-parameters-cell", run(), 2, "paired-protocol.ipynb: expected exactly one cell tagged 'parameters'", notebook(lambda b: NB_JSON)),
+    Row(
+        "notebook-no-parameters-cell",
+        run(),
+        2,
+        "paired-protocol.ipynb: expected exactly one cell tagged 'parameters'",
+        notebook(lambda b: NB_JSON),
+    ),
     # ---- data
     Row("data-missing", run(), 2, "data set 'wikitext-2' not found", env(AGENTPOST_DATA="{project}/notebooks")),
-    Row("data-truncated", run("--profile", "smoke"), 2,
-        "wikitext-2/test.txt has 3000 bytes; wikitext-2/SOURCE.md records 1256449", data_copy(lambda b: b[:3000])),
-    Row("data-wrong-content", run("--profile", "smoke"), 2, "wikitext-2/test.txt has sha256",
-        data_copy(lambda b: b"x" * len(b))),
+    Row(
+        "data-truncated",
+        run("--profile", "smoke"),
+        2,
+        "wikitext-2/test.txt has 3000 bytes; wikitext-2/SOURCE.md records 1256449",
+        data_copy(lambda b: b[:3000]),
+    ),
+    Row(
+        "data-wrong-content",
+        run("--profile", "smoke"),
+        2,
+        "wikitext-2/test.txt has sha256",
+        data_copy(lambda b: b"x" * len(b)),
+    ),
     # ---- environment: a root that is named must exist
     Row("data-root-missing", ("list",), 2, "AGENTPOST_DATA=/nonexistent", env(AGENTPOST_DATA="/nonexistent")),
     Row("project-root-missing", ("list",), 2, "AGENTPOST_ROOT=/nonexistent", env(AGENTPOST_ROOT="/nonexistent")),
-    Row("project-root-not-a-checkout", ("list",), 2, "is not an agentpost checkout",
-        env(AGENTPOST_ROOT="{project}/params")),
+    Row(
+        "project-root-not-a-checkout",
+        ("list",),
+        2,
+        "is not an agentpost checkout",
+        env(AGENTPOST_ROOT="{project}/params"),
+    ),
     # ---- where runs are written
     Row("runs-folder-is-a-file", run(), 2, "cannot write runs to", runs_root_is_a_file),
     # ---- validate
     Row("validate-missing-path", ("validate", "/no/such/run"), 2, "no such path: /no/such/run"),
     Row("validate-empty-folder", ("validate", "params"), 2, "no run folder"),
-    Row("validate-bare-receipt", ("validate", "{tmp}/run/receipt.json"), 2, "no run folder",
-        run_folder(b"{}", None)),
-    Row("validate-corrupt-receipt", ("validate", "{tmp}/run"), 1, "receipt.json: not JSON",
-        run_folder(b'{"schema_version": 2, "chap', NB_JSON)),
-    Row("validate-receipt-not-utf8", ("validate", "{tmp}/run"), 1, "receipt.json: not JSON",
-        run_folder(b"\xff\xfe{}", NB_JSON)),
-    Row("validate-receipt-a-list", ("validate", "{tmp}/run"), 1, "receipt.json: not a JSON object",
-        run_folder(b"[1, 2]", NB_JSON)),
-    Row("validate-notebook-missing", ("validate", "{tmp}/run"), 1, "needs receipt.json and notebook.ipynb",
-        run_folder(b"{}", None)),
+    Row("validate-bare-receipt", ("validate", "{tmp}/run/receipt.json"), 2, "no run folder", run_folder(b"{}", None)),
+    Row(
+        "validate-corrupt-receipt",
+        ("validate", "{tmp}/run"),
+        1,
+        "receipt.json: not JSON",
+        run_folder(b'{"schema_version": 2, "chap', NB_JSON),
+    ),
+    Row(
+        "validate-receipt-not-utf8",
+        ("validate", "{tmp}/run"),
+        1,
+        "receipt.json: not JSON",
+        run_folder(b"\xff\xfe{}", NB_JSON),
+    ),
+    Row(
+        "validate-receipt-a-list",
+        ("validate", "{tmp}/run"),
+        1,
+        "receipt.json: not a JSON object",
+        run_folder(b"[1, 2]", NB_JSON),
+    ),
+    Row(
+        "validate-notebook-missing",
+        ("validate", "{tmp}/run"),
+        1,
+        "needs receipt.json and notebook.ipynb",
+        run_folder(b"{}", None),
+    ),
     # ---- refresh and ledger
     Row("refresh-unknown-chapter", ("refresh", "nosuch"), 2, "unknown chapter 'nosuch'"),
     Row("refresh-not-started", ("refresh", "opsd"), 2, "opsd: no notebook yet"),
-    Row("refresh-truncated-notebook", ("refresh", PP), 2, "paired-protocol.ipynb: not a readable notebook",
-        notebook(lambda b: b[:100])),
+    Row(
+        "refresh-truncated-notebook",
+        ("refresh", PP),
+        2,
+        "paired-protocol.ipynb: not a readable notebook",
+        notebook(lambda b: b[:100]),
+    ),
     Row("ledger-missing-report", ("ledger", "--claims-report", "/no/such/report.json"), 2, "no claims report"),
-    Row("ledger-report-not-json", ("ledger", "--claims-report", "{tmp}/run/receipt.json"), 2, "is not JSON",
-        run_folder(b"{oops", None)),
+    Row(
+        "ledger-report-not-json",
+        ("ledger", "--claims-report", "{tmp}/run/receipt.json"),
+        2,
+        "is not JSON",
+        run_folder(b"{oops", None),
+    ),
     # ---- a malformed receipt under the runs root: named (folder and why), everything else still listed
-    Row("list-receipt-empty-object", ("list",), 2, "seed-1-x/receipt.json (schema_version: None", stored_receipt(b"{}")),
-    Row("list-receipt-chapter-a-list", ("list",), 2, "seed-1-x/receipt.json", stored_receipt(
-        b'{"schema_version": 3, "chapter": ["a"]}')),
-    Row("list-receipt-profile-a-number", ("list",), 2, "seed-1-x/receipt.json", stored_receipt(
-        b'{"schema_version": 3, "chapter": "kite", "profile": 7}')),
-    Row("list-receipt-hostile-folder", ("list",), 2, "receipt.json (receipt.json: not JSON", stored_receipt(b"{", "<x>/`y`/seed-1")),
-    Row("validate-receipt-chapter-a-list", ("validate",), 1, "seed-1-x: chapter: Input should be a valid string",
-        stored_receipt(b'{"schema_version": 3, "chapter": ["a"]}')),
-    Row("validate-receipt-profile-a-number", ("validate",), 1, "seed-1-x: profile: Input should be a valid string",
-        stored_receipt(b'{"schema_version": 3, "chapter": "kite", "profile": 7}')),
-    Row("validate-receipt-huge-version", ("validate",), 1, "schema_version: 'xxxxxxxx",
-        stored_receipt(json.dumps({"schema_version": "x" * 10**6}).encode()), absent="x" * 100),
+    Row(
+        "list-receipt-empty-object", ("list",), 2, "seed-1-x/receipt.json (schema_version: None", stored_receipt(b"{}")
+    ),
+    Row(
+        "list-receipt-chapter-a-list",
+        ("list",),
+        2,
+        "seed-1-x/receipt.json",
+        stored_receipt(b'{"schema_version": 3, "chapter": ["a"]}'),
+    ),
+    Row(
+        "list-receipt-profile-a-number",
+        ("list",),
+        2,
+        "seed-1-x/receipt.json",
+        stored_receipt(b'{"schema_version": 3, "chapter": "kite", "profile": 7}'),
+    ),
+    Row(
+        "list-receipt-hostile-folder",
+        ("list",),
+        2,
+        "receipt.json (receipt.json: not JSON",
+        stored_receipt(b"{", "<x>/`y`/seed-1"),
+    ),
+    Row(
+        "validate-receipt-chapter-a-list",
+        ("validate",),
+        1,
+        "seed-1-x: chapter: Input should be a valid string",
+        stored_receipt(b'{"schema_version": 3, "chapter": ["a"]}'),
+    ),
+    Row(
+        "validate-receipt-profile-a-number",
+        ("validate",),
+        1,
+        "seed-1-x: profile: Input should be a valid string",
+        stored_receipt(b'{"schema_version": 3, "chapter": "kite", "profile": 7}'),
+    ),
+    Row(
+        "validate-receipt-huge-version",
+        ("validate",),
+        1,
+        "schema_version: 'xxxxxxxx",
+        stored_receipt(json.dumps({"schema_version": "x" * 10**6}).encode()),
+        absent="x" * 100,
+    ),
     # ---- YAML and numbers (issue 23): YAML 1.2 numbers, no aliases, no duplicate keys, finite values, ASCII seeds
-    Row("profile-seeds-alias-bomb", run("--profile", "bad"), 2, "aliases (*name) are not allowed",
-        profile("seeds: [&a [1, 1, 1, 1, 1, 1, 1, 1], [*a, *a, *a, *a, *a, *a, *a, *a]]\n")),
-    Row("profile-duplicate-key", run("--profile", "bad"), 2, "duplicate key 'seeds'",
-        profile("seeds: [1]\nseeds: [2]\n")),
-    Row("profile-num-gpus-nan", run("--profile", "bad"), 2, "resources.num_gpus must be",
-        profile("seeds: [1]\nresources: {num_gpus: .nan}\n")),
-    Row("profile-value-nan", run("--profile", "bad"), 2, "parameter 'train_fraction' = nan: NaN",
-        profile("seeds: [1]\nparameters: {train_fraction: .nan}\n")),
-    Row("profile-a-link-outside", run("--profile", "bad"), 2, "bad.yaml: not a regular file of the repository",
-        profile_link("/etc/passwd"), absent="root:"),
-    Row("profile-deep-nesting", run("--profile", "bad"), 2, "bad.yaml: invalid YAML: nested more than 50 levels",
-        profile("seeds: " + "[" * 5000 + "]" * 5000 + "\n")),
+    Row(
+        "profile-seeds-alias-bomb",
+        run("--profile", "bad"),
+        2,
+        "aliases (*name) are not allowed",
+        profile("seeds: [&a [1, 1, 1, 1, 1, 1, 1, 1], [*a, *a, *a, *a, *a, *a, *a, *a]]\n"),
+    ),
+    Row(
+        "profile-duplicate-key",
+        run("--profile", "bad"),
+        2,
+        "duplicate key 'seeds'",
+        profile("seeds: [1]\nseeds: [2]\n"),
+    ),
+    Row(
+        "profile-num-gpus-nan",
+        run("--profile", "bad"),
+        2,
+        "resources.num_gpus must be",
+        profile("seeds: [1]\nresources: {num_gpus: .nan}\n"),
+    ),
+    Row(
+        "profile-value-nan",
+        run("--profile", "bad"),
+        2,
+        "parameter 'train_fraction' = nan: NaN",
+        profile("seeds: [1]\nparameters: {train_fraction: .nan}\n"),
+    ),
+    Row(
+        "profile-a-link-outside",
+        run("--profile", "bad"),
+        2,
+        "bad.yaml: not a regular file of the repository",
+        profile_link("/etc/passwd"),
+        absent="root:",
+    ),
+    Row(
+        "profile-deep-nesting",
+        run("--profile", "bad"),
+        2,
+        "bad.yaml: invalid YAML: nested more than 50 levels",
+        profile("seeds: " + "[" * 5000 + "]" * 5000 + "\n"),
+    ),
     Row("param-nan", run("-p", "train_fraction=.nan"), 2, "parameter 'train_fraction' = nan: NaN"),
-    Row("param-inf", run("-p", "bigram_k_grid=[0.1, .inf]"), 2, "parameter 'bigram_k_grid' = [0.1, inf]: inf is refused"),
+    Row(
+        "param-inf", run("-p", "bigram_k_grid=[0.1, .inf]"), 2, "parameter 'bigram_k_grid' = [0.1, inf]: inf is refused"
+    ),
     Row("param-twice", run("-p", "n_boot=10", "-p", "n_boot=20"), 2, "-p n_boot is given more than once"),
     Row("param-5000-digits", run("-p", "n_boot=" + "9" * 5000), 2, "-p n_boot: the value", absent="9" * 100),
-    Row("param-5000-deep", run("-p", "bigram_k_grid=" + "[" * 5000 + "]" * 5000), 2, "-p bigram_k_grid: the value",
-        absent="[" * 100),
+    Row(
+        "param-5000-deep",
+        run("-p", "bigram_k_grid=" + "[" * 5000 + "]" * 5000),
+        2,
+        "-p bigram_k_grid: the value",
+        absent="[" * 100,
+    ),
     Row("seeds-arabic-digits", run("--seeds", "٤٣"), 2, "seeds must be integers, got '٤٣'"),
     Row("seeds-underscore", run("--seeds", "4_3"), 2, "seeds must be integers, got '4_3'"),
     Row("seeds-plus", run("--seeds", "+44"), 2, "seeds must be integers, got '+44'"),
-    Row("seeds-10000-one-duplicate", run("--seeds", ",".join(map(str, [*range(10_000), 5]))), 2,
-        "duplicate seeds [5]", absent="9999"),
+    Row(
+        "seeds-10000-one-duplicate",
+        run("--seeds", ",".join(map(str, [*range(10_000), 5]))),
+        2,
+        "duplicate seeds [5]",
+        absent="9999",
+    ),
     # ---- data files and their SOURCE.md
-    Row("data-source-md-not-utf8", run("--profile", "smoke"), 2, "wikitext-2/SOURCE.md is not UTF-8",
-        data_folder(lambda b: b + b"\xff\xfe")),
-    Row("data-source-md-row-twice", run("--profile", "smoke"), 2, "wikitext-2/SOURCE.md lists test.txt twice",
-        data_folder(_twice(TEST_ROW))),
-    Row("data-file-a-folder", run("--profile", "smoke"), 2, "wikitext-2/test.txt is not a regular file",
-        data_folder(test_txt="folder")),
-    Row("data-file-a-fifo", run("--profile", "smoke"), 2, "wikitext-2/test.txt is not a regular file",
-        data_folder(test_txt="fifo")),
-    Row("data-and-source-md-edited-together", run("--profile", "smoke"), 2, "but the repository pins 1256449 bytes",
-        data_folder(lambda b: b.replace(TEST_ROW, TEST_ROW.replace(b"1256449", b"3000").replace(
-            b"d790b833ef8cf03a90db7bf1271b7520b83c45ce07ba3c1a9699df81e239eca0",
-            hashlib.sha256((DATA / "wikitext-2" / "test.txt").read_bytes()[:3000]).hexdigest().encode())), "short")),
-    Row("ledger-receipt-chapter-a-list", ("ledger", "--claims-report", "{tmp}/claims.json"), 2, "seed-1-x/receipt.json",
-        stored_receipt(b'{"schema_version": 3, "chapter": ["a"]}'), writes=True),
+    Row(
+        "data-source-md-not-utf8",
+        run("--profile", "smoke"),
+        2,
+        "wikitext-2/SOURCE.md is not UTF-8",
+        data_folder(lambda b: b + b"\xff\xfe"),
+    ),
+    Row(
+        "data-source-md-row-twice",
+        run("--profile", "smoke"),
+        2,
+        "wikitext-2/SOURCE.md lists test.txt twice",
+        data_folder(_twice(TEST_ROW)),
+    ),
+    Row(
+        "data-file-a-folder",
+        run("--profile", "smoke"),
+        2,
+        "wikitext-2/test.txt is not a regular file",
+        data_folder(test_txt="folder"),
+    ),
+    Row(
+        "data-file-a-fifo",
+        run("--profile", "smoke"),
+        2,
+        "wikitext-2/test.txt is not a regular file",
+        data_folder(test_txt="fifo"),
+    ),
+    Row(
+        "data-and-source-md-edited-together",
+        run("--profile", "smoke"),
+        2,
+        "but the repository pins 1256449 bytes",
+        data_folder(
+            lambda b: b.replace(
+                TEST_ROW,
+                TEST_ROW.replace(b"1256449", b"3000").replace(
+                    b"d790b833ef8cf03a90db7bf1271b7520b83c45ce07ba3c1a9699df81e239eca0",
+                    hashlib.sha256((DATA / "wikitext-2" / "test.txt").read_bytes()[:3000]).hexdigest().encode(),
+                ),
+            ),
+            "short",
+        ),
+    ),
+    Row(
+        "ledger-receipt-chapter-a-list",
+        ("ledger", "--claims-report", "{tmp}/claims.json"),
+        2,
+        "seed-1-x/receipt.json",
+        stored_receipt(b'{"schema_version": 3, "chapter": ["a"]}'),
+        writes=True,
+    ),
 ]
 
 

@@ -13,13 +13,21 @@ def test_ledger_and_book_build(tiny_runs, tmp_path):
     project, runs = tiny_runs
     assert runs.returncode == 0, runs.stderr[-2000:]
     report = tmp_path / "claims.json"
-    report.write_text(json.dumps({"paired-protocol/C1": {"passed": 3, "failed": 0, "skipped": 0, "tests": []},
-                                  "paired-protocol/C2": {"passed": 1, "failed": 1, "skipped": 0, "tests": []}}))
+    report.write_text(
+        json.dumps(
+            {
+                "paired-protocol/C1": {"passed": 3, "failed": 0, "skipped": 0, "tests": []},
+                "paired-protocol/C2": {"passed": 1, "failed": 1, "skipped": 0, "tests": []},
+            }
+        )
+    )
     ledger = agentpost(project, "ledger", "--claims-report", str(report))
     assert ledger.returncode == 0, ledger.stderr
     page = (project / "book" / "generated" / "ledger.md").read_text()
     section = page.split("## The paired public comparison protocol")[1].split("\n## ")[0]
-    level = {line.split("**")[1]: line.split("|")[2].strip() for line in section.splitlines() if line.startswith("| **C")}
+    level = {
+        line.split("**")[1]: line.split("|")[2].strip() for line in section.splitlines() if line.startswith("| **C")
+    }
     assert level["C1"] == "**mechanism**"  # tests passed, no metric tied
     assert level["C2"] == "**none**"  # a failing test withholds the level
     assert level["C3"] == "**diagnostic**"  # three valid seeds record its metrics
@@ -96,7 +104,9 @@ def test_a_book_built_from_hostile_runs_shows_their_text_and_runs_none_of_it(tin
     report.write_text(json.dumps({"paired-protocol/C1": {"passed": 1, "failed": 0, "skipped": 0, "tests": []}}))
     validate = agentpost(hostile, "validate").stdout
     assert "seed-48-y" in validate and "seed-47-x" in validate  # the malformed and the invalid run are named
-    assert not [line for line in validate.splitlines() if "INVALID" in line and ("seed-43-" in line or "seed-44-" in line)], validate
+    assert not [
+        line for line in validate.splitlines() if "INVALID" in line and ("seed-43-" in line or "seed-44-" in line)
+    ], validate
     book = agentpost(hostile, "book", "--skip-runs", "--claims-report", str(report))
     assert book.returncode == 0, book.stdout[-3000:] + book.stderr[-3000:]
     html = hostile / "_build" / "html"

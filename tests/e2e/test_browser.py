@@ -58,16 +58,28 @@ def html_root(tmp_path_factory) -> Path:
         if (REPO / name).exists():
             shutil.copy(REPO / name, project / name)
     for folder in ("book", "params", "notebooks"):
-        shutil.copytree(REPO / folder, project / folder, ignore=shutil.ignore_patterns("runs", "generated", "__pycache__"))
+        shutil.copytree(
+            REPO / folder, project / folder, ignore=shutil.ignore_patterns("runs", "generated", "__pycache__")
+        )
     report = project / "claims.json"
     report.write_text("{}")
     env = {**os.environ, "AGENTPOST_ROOT": str(project)}
-    ledger = subprocess.run([sys.executable, "-m", "agentpost", "ledger", "--claims-report", str(report)], cwd=project,
-                            env=env, capture_output=True, text=True)
+    ledger = subprocess.run(
+        [sys.executable, "-m", "agentpost", "ledger", "--claims-report", str(report)],
+        cwd=project,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     assert ledger.returncode == 0, ledger.stderr[-3000:]
     jb = shutil.which("jupyter-book", path=str(Path(sys.executable).parent)) or "jupyter-book"
-    build = subprocess.run([jb, "build", str(project), "-W", "-n", "--keep-going", "--path-output", str(project)],
-                           cwd=project, env=env, capture_output=True, text=True)
+    build = subprocess.run(
+        [jb, "build", str(project), "-W", "-n", "--keep-going", "--path-output", str(project)],
+        cwd=project,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     warnings = [line for line in (build.stdout + build.stderr).splitlines() if "WARNING" in line or "ERROR" in line]
     assert build.returncode == 0, "\n".join(warnings[:20]) or build.stderr[-3000:]
     return project / "_build" / "html"
@@ -78,7 +90,9 @@ def book_pages(html: Path) -> list[Path]:
     index = html / "index.html"
     redirect = re.search(r'http-equiv="Refresh" content="0; url=([^"]+)"', index.read_text(encoding="utf-8"), re.I)
     pages = [(html / redirect.group(1)) if redirect else index, html / "book" / "generated" / "ledger.html"]
-    pages += sorted((html / "notebooks").glob("*.html")) + sorted((html / "book" / "generated" / "evidence").glob("*.html"))
+    pages += sorted((html / "notebooks").glob("*.html")) + sorted(
+        (html / "book" / "generated" / "evidence").glob("*.html")
+    )
     return [p for p in pages if p.is_file()]
 
 
@@ -109,15 +123,21 @@ def test_every_page_loads_cleanly_with_values_math_images_and_links(html_root):
                 page.wait_for_function("window.MathJax && MathJax.startup && MathJax.startup.promise", timeout=20000)
                 page.evaluate("MathJax.startup.promise")
                 typeset = page.evaluate("document.querySelectorAll('mjx-container').length")
-                raw = page.evaluate("Array.from(document.querySelectorAll('.math')).filter(e => !e.querySelector('mjx-container')).length")
+                raw = page.evaluate(
+                    "Array.from(document.querySelectorAll('.math')).filter(e => !e.querySelector('mjx-container')).length"
+                )
                 if not typeset or raw:
                     problems.append(f"{name}: math not typeset ({typeset} typeset, {raw} raw)")
-            empty = page.evaluate("Array.from(document.querySelectorAll('.pasted-text, .pasted-inline'))"
-                                  ".filter(e => !e.textContent.trim() || e.offsetParent === null).length")
+            empty = page.evaluate(
+                "Array.from(document.querySelectorAll('.pasted-text, .pasted-inline'))"
+                ".filter(e => !e.textContent.trim() || e.offsetParent === null).length"
+            )
             if empty:
                 problems.append(f"{name}: {empty} glued value(s) empty or hidden")
-            broken = page.evaluate("Array.from(document.images).filter(i => !(i.complete && i.naturalWidth > 0))"
-                                   ".map(i => i.getAttribute('src') || '').slice(0, 5)")
+            broken = page.evaluate(
+                "Array.from(document.images).filter(i => !(i.complete && i.naturalWidth > 0))"
+                ".map(i => i.getAttribute('src') || '').slice(0, 5)"
+            )
             if broken:
                 problems.append(f"{name}: images that do not load: {broken}")
             for href in page.evaluate("Array.from(document.querySelectorAll('a[href]')).map(a => a.href)"):
@@ -126,18 +146,26 @@ def test_every_page_loads_cleanly_with_values_math_images_and_links(html_root):
                     continue
                 target = Path(unquote(url.path))
                 if not target.exists():
-                    problems.append(f"{name}: link to missing {target.relative_to(html_root) if html_root in target.parents else target}")
+                    problems.append(
+                        f"{name}: link to missing {target.relative_to(html_root) if html_root in target.parents else target}"
+                    )
                 elif url.fragment and target.suffix == ".html" and unquote(url.fragment) not in _ids(target, ids_cache):
                     problems.append(f"{name}: anchor #{url.fragment} not in {target.name}")
             if "/generated/" in f"/{name}":  # the ledger's and evidence pages' tables fit the page (no hidden column)
                 # (the nine numeric columns of the machine-to-machine spread table keep their scroll bar)
-                wide = page.evaluate("Array.from(document.querySelectorAll('.pst-scrollable-table-container'))"
-                                     ".filter(c => !c.closest('#machine-to-machine-spread'))"
-                                     ".filter(c => c.scrollWidth > c.clientWidth + 1).length")
+                wide = page.evaluate(
+                    "Array.from(document.querySelectorAll('.pst-scrollable-table-container'))"
+                    ".filter(c => !c.closest('#machine-to-machine-spread'))"
+                    ".filter(c => c.scrollWidth > c.clientWidth + 1).length"
+                )
                 if wide:
-                    problems.append(f"{name}: {wide} table(s) wider than the page (a column hidden behind a scroll bar)")
+                    problems.append(
+                        f"{name}: {wide} table(s) wider than the page (a column hidden behind a scroll bar)"
+                    )
                 if broken := page.evaluate(BROKEN_WORDS_JS):
-                    problems.append(f"{name}: {len(broken)} word(s) broken across lines in table cells, e.g. {broken[:3]}")
+                    problems.append(
+                        f"{name}: {len(broken)} word(s) broken across lines in table cells, e.g. {broken[:3]}"
+                    )
             if errors:
                 problems.append(f"{name}: console errors {errors[:3]}")
             page.close()

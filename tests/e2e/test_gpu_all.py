@@ -23,15 +23,28 @@ ITEMS = ["kernel-tests", "bench-deltas-kernel", "profile-paired-protocol", "prof
 @pytest.fixture(scope="module")
 def rehearsal(tmp_path_factory):
     project = make_project(tmp_path_factory.mktemp("gpu-all"))
-    shutil.copytree(REPO / "benchmarks", project / "benchmarks", ignore=shutil.ignore_patterns("receipts", "__pycache__"))
+    shutil.copytree(
+        REPO / "benchmarks", project / "benchmarks", ignore=shutil.ignore_patterns("receipts", "__pycache__")
+    )
     out = project / "out"
-    env = {**os.environ, "AGENTPOST_ROOT": str(project), "PYTHON": sys.executable,
-           "AGENTPOST_DATA": str(REPO.parent / "shared" / "data"), "OUT": str(out)}
+    env = {
+        **os.environ,
+        "AGENTPOST_ROOT": str(project),
+        "PYTHON": sys.executable,
+        "AGENTPOST_DATA": str(REPO.parent / "shared" / "data"),
+        "OUT": str(out),
+    }
     env.pop("AGENTPOST_TRITON_GPU", None)
     # a rehearsal applies no budget (benchmarks/gpu_plan.py): on a busy CPU it takes longer, never fails for it; the
     # timeout only ends a hang
-    proc = subprocess.run(["bash", str(project / "benchmarks" / "gpu_all.sh"), "--dry-run-cpu", "--only", *ITEMS],
-                          cwd=project, env=env, capture_output=True, text=True, timeout=3600)
+    proc = subprocess.run(
+        ["bash", str(project / "benchmarks" / "gpu_all.sh"), "--dry-run-cpu", "--only", *ITEMS],
+        cwd=project,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=3600,
+    )
     return project, out, proc
 
 
@@ -41,12 +54,20 @@ def test_dry_run_runs_every_item_it_has_sizes_for(rehearsal):
     summary = json.loads((out / "gpu_all.json").read_text())
     assert summary["mode"].startswith("CPU dry run")
     status = {i["name"]: (i["status"], i["note"]) for i in summary["items"]}
-    assert status == {"kernel-tests": ("done", ""), "bench-deltas-kernel": ("done", ""),
-                      "profile-paired-protocol": ("done", ""),
-                      "profile-kite": ("skipped", "no CPU dry-run sizes in gpu_predictions.yaml")}
+    assert status == {
+        "kernel-tests": ("done", ""),
+        "bench-deltas-kernel": ("done", ""),
+        "profile-paired-protocol": ("done", ""),
+        "profile-kite": ("skipped", "no CPU dry-run sizes in gpu_predictions.yaml"),
+    }
     assert "passed" in (out / "kernel-tests.log").read_text()
     receipt = json.loads((out / "deltas_kernel_cpu.json").read_text())
-    assert receipt and (out / "gpu_all.txt").read_text().splitlines()[1].split()[:4] == ["item", "kind", "predicted", "min"]
+    assert receipt and (out / "gpu_all.txt").read_text().splitlines()[1].split()[:4] == [
+        "item",
+        "kind",
+        "predicted",
+        "min",
+    ]
 
 
 def test_dry_run_receipts_validate_as_runs_but_not_as_gpu_evidence(rehearsal):
@@ -59,8 +80,13 @@ def test_dry_run_receipts_validate_as_runs_but_not_as_gpu_evidence(rehearsal):
     log = (out / "validate.log").read_text()
     assert "1 run(s) checked, 0 problem(s)" in log
     line = next(x for x in log.splitlines() if x.startswith("GPU evidence paired-protocol/a100 (ad-hoc): "))
-    for reason in ("did not run on an allowed CUDA device", "record no CUDA build of torch",
-                   "recorded no CUDA event timing", "ad-hoc runs", "1 successful seeds"):
+    for reason in (
+        "did not run on an allowed CUDA device",
+        "record no CUDA build of torch",
+        "recorded no CUDA event timing",
+        "ad-hoc runs",
+        "1 successful seeds",
+    ):
         assert reason in line, line
     with tarfile.open(out / "a100-runs.tar.gz.part0") as tar:
         names = tar.getnames()

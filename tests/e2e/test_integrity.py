@@ -13,12 +13,25 @@ import pytest
 
 from tests.e2e.conftest import load_run, reseal_run, agentpost, run_folders
 
-A100 = {"kind": "cuda", "name": "NVIDIA A100-SXM4-80GB", "count": 1, "memory_bytes": 85899345920, "driver": "550.54.15",
-        "cuda": "12.4", "capability": "8.0", "machine": "x86_64"}
+A100 = {
+    "kind": "cuda",
+    "name": "NVIDIA A100-SXM4-80GB",
+    "count": 1,
+    "memory_bytes": 85899345920,
+    "driver": "550.54.15",
+    "cuda": "12.4",
+    "capability": "8.0",
+    "machine": "x86_64",
+}
 
 
 def _outputs(nb: dict, name: str) -> list[dict]:
-    return [o for c in nb["cells"] for o in c.get("outputs", []) if o.get("metadata", {}).get("scrapbook", {}).get("name") == name]
+    return [
+        o
+        for c in nb["cells"]
+        for o in c.get("outputs", [])
+        if o.get("metadata", {}).get("scrapbook", {}).get("name") == name
+    ]
 
 
 def _cell(nb: dict, tag: str) -> dict:
@@ -26,6 +39,7 @@ def _cell(nb: dict, tag: str) -> dict:
 
 
 # ---------------------------------------------------------------- the edits: (field validate must name, edit)
+
 
 def metric_in_receipt(r, nb):
     r["metrics"]["test_nll_trigram_nats"] -= 0.5
@@ -131,7 +145,9 @@ def schema_field_removed(r, nb):
 
 
 def notebook_cell_source(r, nb):
-    cell = next(c for c in nb["cells"] if c["cell_type"] == "code" and "glue(\"test_nll_trigram_nats\"" in "".join(c["source"]))
+    cell = next(
+        c for c in nb["cells"] if c["cell_type"] == "code" and 'glue("test_nll_trigram_nats"' in "".join(c["source"])
+    )
     cell["source"] = "".join(cell["source"]) + "\n# edited"
 
 
@@ -168,8 +184,11 @@ CASES = [
 def seed_runs(tiny_runs):
     project, result = tiny_runs
     assert result.returncode == 0, result.stdout + result.stderr
-    runs = {int(r.name.split("-")[1]): r for r in run_folders(project / "book" / "runs" / "paired-protocol" / "tiny")
-            if r.parent.name == "tiny"}
+    runs = {
+        int(r.name.split("-")[1]): r
+        for r in run_folders(project / "book" / "runs" / "paired-protocol" / "tiny")
+        if r.parent.name == "tiny"
+    }
     return project, runs
 
 
@@ -191,9 +210,14 @@ def test_tamper_suite(seed_runs, tmp_path):
         reseal_run(copy, r, nb)
         folders.append(copy)
     found = _validate(project, *folders)
-    caught = [(field, edit.__name__) for (field, edit), copy in zip(CASES, folders) if f": {field}: " in found[str(copy)]]
-    missed = [(field, edit.__name__, found[str(copy)]) for (field, edit), copy in zip(CASES, folders)
-              if (field, edit.__name__) not in caught]
+    caught = [
+        (field, edit.__name__) for (field, edit), copy in zip(CASES, folders) if f": {field}: " in found[str(copy)]
+    ]
+    missed = [
+        (field, edit.__name__, found[str(copy)])
+        for (field, edit), copy in zip(CASES, folders)
+        if (field, edit.__name__) not in caught
+    ]
     print(f"\ntamper suite: {len(caught)}/{len(CASES)} resealed edits caught and named")
     assert not missed, missed
 
@@ -212,7 +236,10 @@ def test_forged_gpu_evidence_is_refused(seed_runs, tmp_path):
         out = agentpost(project, "validate", str(forged_root)).stdout
         for field in ("parameters", "run_key", "device"):
             assert f": {field}: " in out, (field, out)
-        assert "paired-protocol/a100: counts as GPU evidence" not in out and "paired-protocol/a100: not GPU evidence" in out
+        assert (
+            "paired-protocol/a100: counts as GPU evidence" not in out
+            and "paired-protocol/a100: not GPU evidence" in out
+        )
     finally:
         shutil.rmtree(forged_root, ignore_errors=True)
 
@@ -274,8 +301,9 @@ def test_the_kernel_reports_the_code_it_imported_and_a_foreign_copy_fails_the_ru
     from agentpost.run.execute import ForeignCode, execute_papermill
 
     source = tmp_path / "probe.ipynb"
-    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("import agentpost.evidence.escape")]),
-                   source)
+    nbformat.write(
+        nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("import agentpost.evidence.escape")]), source
+    )
     used = execute_papermill(source, tmp_path / "out.ipynb")
     assert {"agentpost/__init__.py", "agentpost/evidence/escape.py"} <= set(used)
     assert "agentpost_imported_code" not in (tmp_path / "out.ipynb").read_text()

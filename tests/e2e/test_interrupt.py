@@ -13,8 +13,17 @@ import yaml
 from tests.e2e.conftest import DATA, make_project, run_folders
 
 #: The protocol chapter at its smallest: one run takes seconds, not minutes.
-QUICK = {"seeds": [1, 2, 3], "parameters": {"train_fraction": 0.05, "n_boot": 50, "lambda_step": 0.25,
-                                            "bigram_k_grid": [0.01], "calibration_sets": 20, "calibration_boot": 20}}
+QUICK = {
+    "seeds": [1, 2, 3],
+    "parameters": {
+        "train_fraction": 0.05,
+        "n_boot": 50,
+        "lambda_step": 0.25,
+        "bigram_k_grid": [0.01],
+        "calibration_sets": 20,
+        "calibration_boot": 20,
+    },
+}
 
 
 def _default_sigint() -> None:
@@ -30,13 +39,21 @@ def test_ctrl_c_stops_the_batch_and_cleans_up(tmp_path):
     env = {**os.environ, "AGENTPOST_ROOT": str(project), "AGENTPOST_DATA": str(DATA), "TMPDIR": str(scratch)}
     err_path = tmp_path / "stderr.txt"
     with open(err_path, "w") as err:
-        proc = subprocess.Popen([sys.executable, "-m", "agentpost", "run", "paired-protocol", "--profile", "quick"],
-                                cwd=project, env=env, stdout=subprocess.PIPE, stderr=err, text=True,
-                                start_new_session=True,  # its own process group: the test plays the terminal
-                                preexec_fn=_default_sigint)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "agentpost", "run", "paired-protocol", "--profile", "quick"],
+            cwd=project,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=err,
+            text=True,
+            start_new_session=True,  # its own process group: the test plays the terminal
+            preexec_fn=_default_sigint,
+        )
         runs = project / "book" / "runs" / "paired-protocol" / "quick"
         deadline = time.monotonic() + 600
-        while time.monotonic() < deadline and not (run_folders(runs) and "paired-protocol/2: cell" in err_path.read_text()):
+        while time.monotonic() < deadline and not (
+            run_folders(runs) and "paired-protocol/2: cell" in err_path.read_text()
+        ):
             assert proc.poll() is None, err_path.read_text()[-2000:] + proc.stdout.read()
             time.sleep(0.5)
         assert list(scratch.glob("agentpost-run-*")), "the second run should be executing"
@@ -46,15 +63,22 @@ def test_ctrl_c_stops_the_batch_and_cleans_up(tmp_path):
     assert proc.returncode == 130, stderr
     assert "Traceback" not in stderr and "Error" not in stderr, stderr
     said = [line for line in stderr.replace("\r", "\n").splitlines() if line.startswith("agentpost")]
-    assert said == ["agentpost: interrupted: 1 of 3 run(s) finished; the others were stopped and their temporary "
-                    "folders removed (Ctrl-C)"], stderr
+    assert said == [
+        "agentpost: interrupted: 1 of 3 run(s) finished; the others were stopped and their temporary "
+        "folders removed (Ctrl-C)"
+    ], stderr
     assert "seed-1-" in out and "seed-2-" not in out  # the summary of what finished
     assert not list((project / "book" / "runs").rglob(".tmp-*")), "no temporary folder may be left"
     assert not list(scratch.iterdir()), "no scratch folder (run or kernel sockets) may be left"
     finished = run_folders(project)
     assert [f.name.split("-")[1] for f in finished] == ["1"]
-    check = subprocess.run([sys.executable, "-m", "agentpost", "validate", str(finished[0])], cwd=project, env=env,
-                           capture_output=True, text=True)
+    check = subprocess.run(
+        [sys.executable, "-m", "agentpost", "validate", str(finished[0])],
+        cwd=project,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     assert check.returncode == 0, check.stdout + check.stderr
 
 
@@ -72,9 +96,15 @@ def test_a_run_that_breaks_outside_its_notebook_is_a_failed_result_not_a_traceba
 
 def _start(project, scratch, err_path, *args):
     env = {**os.environ, "AGENTPOST_ROOT": str(project), "AGENTPOST_DATA": str(DATA), "TMPDIR": str(scratch)}
-    return subprocess.Popen([sys.executable, "-m", "agentpost", "run", "paired-protocol", "--profile", "quick", *args],
-                            cwd=project, env=env, stdout=subprocess.PIPE, stderr=open(err_path, "w"), text=True,
-                            start_new_session=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "agentpost", "run", "paired-protocol", "--profile", "quick", *args],
+        cwd=project,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=open(err_path, "w"),
+        text=True,
+        start_new_session=True,
+    )
 
 
 def _quick_project(tmp_path):

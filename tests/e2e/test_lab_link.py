@@ -31,8 +31,10 @@ REPO = project_root()
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 BIN = Path(sys.executable).parent
 CHAPTER = "graft"
-pytestmark = [pytest.mark.slow,
-              pytest.mark.skipif(CHROMIUM is None, reason="no chromium on PATH (install the Debian package 'chromium')")]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(CHROMIUM is None, reason="no chromium on PATH (install the Debian package 'chromium')"),
+]
 
 
 def _free_port() -> int:
@@ -51,11 +53,18 @@ def one_chapter_book(tmp_path_factory) -> tuple[Path, str]:
     shutil.copy(REPO / "notebooks" / f"{CHAPTER}.ipynb", project / "notebooks")
     (project / "_toc.yml").write_text(yaml.safe_dump({"format": "jb-book", "root": f"notebooks/{CHAPTER}"}))
     jb = shutil.which("jupyter-book", path=str(BIN)) or "jupyter-book"
-    build = subprocess.run([jb, "build", str(project), "--path-output", str(project)], cwd=project,
-                           env={**os.environ, "AGENTPOST_ROOT": str(project)}, capture_output=True, text=True)
+    build = subprocess.run(
+        [jb, "build", str(project), "--path-output", str(project)],
+        cwd=project,
+        env={**os.environ, "AGENTPOST_ROOT": str(project)},
+        capture_output=True,
+        text=True,
+    )
     assert build.returncode == 0, build.stdout[-3000:] + build.stderr[-3000:]
     config = yaml.safe_load((REPO / "_config.yml").read_text())
-    return project / "_build" / "html" / "notebooks" / f"{CHAPTER}.html", config["sphinx"]["config"]["agentpost_lab_url"]
+    return project / "_build" / "html" / "notebooks" / f"{CHAPTER}.html", config["sphinx"]["config"][
+        "agentpost_lab_url"
+    ]
 
 
 @pytest.fixture
@@ -65,12 +74,28 @@ def lab_server(tmp_path):
     root.mkdir()
     shutil.copy(REPO / "notebooks" / f"{CHAPTER}.ipynb", root)
     port, token = _free_port(), "walkthrough-test"
-    env = {**os.environ, "JUPYTERLAB_SETTINGS_DIR": str(tmp_path / "settings"),
-           "JUPYTERLAB_WORKSPACES_DIR": str(tmp_path / "workspaces"), "JUPYTER_RUNTIME_DIR": str(tmp_path / "runtime")}
-    lab = subprocess.Popen([str(BIN / "jupyter-lab"), str(root), "--no-browser", "--ServerApp.ip=127.0.0.1",
-                            f"--ServerApp.port={port}", "--ServerApp.port_retries=0",
-                            f"--IdentityProvider.token={token}", *(["--allow-root"] if os.geteuid() == 0 else [])],
-                           env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    env = {
+        **os.environ,
+        "JUPYTERLAB_SETTINGS_DIR": str(tmp_path / "settings"),
+        "JUPYTERLAB_WORKSPACES_DIR": str(tmp_path / "workspaces"),
+        "JUPYTER_RUNTIME_DIR": str(tmp_path / "runtime"),
+    }
+    lab = subprocess.Popen(
+        [
+            str(BIN / "jupyter-lab"),
+            str(root),
+            "--no-browser",
+            "--ServerApp.ip=127.0.0.1",
+            f"--ServerApp.port={port}",
+            "--ServerApp.port_retries=0",
+            f"--IdentityProvider.token={token}",
+            *(["--allow-root"] if os.geteuid() == 0 else []),
+        ],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     base = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 120
     while True:
@@ -129,6 +154,9 @@ def test_chapter_page_shows_the_static_view_and_its_button_opens_the_live_notebo
         assert rows.count() == 6
         cell.locator(".widget-slider .noUi-handle").first.focus()
         lab.keyboard.press("ArrowRight")  # rollouts 3 -> 4
-        lab.wait_for_function("(n) => document.querySelectorAll("
-                              "'.jp-OutputArea .widget-html-content tbody tr').length === n", arg=9, timeout=30_000)
+        lab.wait_for_function(
+            "(n) => document.querySelectorAll('.jp-OutputArea .widget-html-content tbody tr').length === n",
+            arg=9,
+            timeout=30_000,
+        )
         browser.close()

@@ -49,8 +49,12 @@ def test_prose_comments_and_docstrings_stale_nothing_a_code_edit_stales_and_rece
     check = agentpost(project, "validate")
     assert check.returncode == 0 and not _lines(check, "STALE"), check.stdout
 
-    _edit_notebook(project, lambda nb: setattr(_code_cell(nb, "record_outcomes("), "source",
-                                               _code_cell(nb, "record_outcomes(").source + "\n_unused = 1"))
+    _edit_notebook(
+        project,
+        lambda nb: setattr(
+            _code_cell(nb, "record_outcomes("), "source", _code_cell(nb, "record_outcomes(").source + "\n_unused = 1"
+        ),
+    )
     check = agentpost(project, "validate")
     assert len(_lines(check, "STALE")) == 3 and "source_notebook" in check.stdout, check.stdout
     assert "stale" in agentpost(project, "list").stdout
@@ -67,8 +71,10 @@ def test_prose_comments_and_docstrings_stale_nothing_a_code_edit_stales_and_rece
     assert len(_lines(check, "RE-CERTIFIED")) == 3  # seeds 43, 44 and the old run of 42 (the re-run counts now)
     listing = agentpost(project, "list").stdout
     assert "3 ok seed(s) [42, 43, 44]" in listing and "stale" not in listing, listing
-    assert agentpost(project, "compare", "paired-protocol", "--profile", "tiny").stdout.splitlines()[1:] == \
-        before.splitlines()[1:]  # the same verdicts, from the same seeds
+    assert (
+        agentpost(project, "compare", "paired-protocol", "--profile", "tiny").stdout.splitlines()[1:]
+        == before.splitlines()[1:]
+    )  # the same verdicts, from the same seeds
 
     joined = agentpost(project, "run", "paired-protocol", "--profile", "tiny", "--seeds", "45")
     assert joined.returncode == 0, joined.stdout + joined.stderr
@@ -83,8 +89,14 @@ def test_prose_comments_and_docstrings_stale_nothing_a_code_edit_stales_and_rece
 
 
 def test_recertify_refuses_when_a_value_moves_and_names_it(project):
-    _edit_notebook(project, lambda nb: setattr(_code_cell(nb, "record_outcomes("), "source",
-                                               _code_cell(nb, "record_outcomes(").source + "\nglue('extra', 1.0)"))
+    _edit_notebook(
+        project,
+        lambda nb: setattr(
+            _code_cell(nb, "record_outcomes("),
+            "source",
+            _code_cell(nb, "record_outcomes(").source + "\nglue('extra', 1.0)",
+        ),
+    )
     certs = project / "book" / "runs" / "paired-protocol" / "tiny" / "certificates"
     before = sorted(certs.glob("*.json"))
     moved = agentpost(project, "recertify", "paired-protocol", "--profile", "tiny", "--seeds", "43")
@@ -104,9 +116,12 @@ def _as_schema_4(run) -> dict:
     (run / "outcomes.parquet").unlink()
     (run / "notebook.ipynb").write_text(text)
     old = {k: v for k, v in receipt.items() if k not in ("notebook_code", "outcomes_sha256")}
-    old.update(schema_version=4, metrics=metrics,
-               imported_code={rel: sha256_file(code_root() / rel) for rel in receipt["imported_code"]},
-               hashes={**receipt["hashes"], "output_notebook": hashlib.sha256(text.encode()).hexdigest()})
+    old.update(
+        schema_version=4,
+        metrics=metrics,
+        imported_code={rel: sha256_file(code_root() / rel) for rel in receipt["imported_code"]},
+        hashes={**receipt["hashes"], "output_notebook": hashlib.sha256(text.encode()).hexdigest()},
+    )
     reseal_run(run, old)
     return copy.deepcopy(metrics)
 

@@ -146,7 +146,9 @@ def test_each_seed_is_a_distinct_replication(tiny_runs):
     and `agentpost compare` computes the declared comparison over the three runs."""
     project, _ = tiny_runs
     receipts = [run_store.read_receipt(r) for r in run_folders(project / "book" / "runs" / "paired-protocol" / "tiny")]
-    outcomes = [r["metrics"]["outcomes_test_nll"] for r in receipts if r["kind"] == "profile" and r["seed"] in (42, 43, 44)]
+    outcomes = [
+        r["metrics"]["outcomes_test_nll"] for r in receipts if r["kind"] == "profile" and r["seed"] in (42, 43, 44)
+    ]
     assert len(outcomes) == 3
     for arm in ("add_k_bigram", "interpolated_trigram"):
         per_seed = [tuple(o["arms"][arm]) for o in outcomes]

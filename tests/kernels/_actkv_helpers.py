@@ -1,4 +1,5 @@
 """Builders shared by the ActKV kernel tests: random paged caches with scattered physical blocks."""
+
 from __future__ import annotations
 
 import math
@@ -6,8 +7,7 @@ import os
 
 import torch
 
-from agentpost.kernels.actkv import (compact_gather, compact_gather_reference, compact_inplace,
-                                     compact_inplace_reference)
+from agentpost.kernels.actkv import compact_gather, compact_gather_reference, compact_inplace, compact_inplace_reference
 from tests.kernels._precision import tolerance
 
 # AGENTPOST_TRITON_GPU=1 (benchmarks/gpu_all.sh, item kernel-tests) runs the same tests on the GPU; conftest.py then makes

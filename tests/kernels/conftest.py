@@ -1,4 +1,5 @@
 """Kernel tests run on the CPU interpreter, or on the GPU when AGENTPOST_TRITON_GPU=1 (see tests/conftest.py)."""
+
 import torch
 
 from tests.kernels._actkv_helpers import DEVICE

@@ -1,4 +1,5 @@
 """In-place compaction (Algorithm 4) and the gather baseline vs their references (properties: *_props.py)."""
+
 import pytest
 import torch
 
@@ -15,9 +16,9 @@ def _keep(lens, width, kind, seed=0):
         elif kind == "head":
             keep[r, : n // 2] = True
         elif kind == "middle":
-            keep[r, n // 4: n // 4 + n // 2] = True
+            keep[r, n // 4 : n // 4 + n // 2] = True
         elif kind == "tail":
-            keep[r, n - n // 2: n] = True
+            keep[r, n - n // 2 : n] = True
         elif kind == "scattered":
             keep[r, randperm(g, n)[: (2 * n) // 3]] = True
     return keep

@@ -1,4 +1,5 @@
 """Hypothesis property tests of both compactions: survivors, permutation, freed blocks, stability."""
+
 import pytest
 import torch
 

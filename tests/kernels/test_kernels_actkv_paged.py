@@ -1,11 +1,17 @@
 """Paged KV cache, append and decode attention with LSE vs their torch references (TRITON_INTERPRET on CPU)."""
+
 import math
 
 import pytest
 import torch
 
-from agentpost.kernels.actkv import (PagedKVCache, append_kv, append_kv_reference, paged_decode_attention,
-                                     paged_decode_attention_reference)
+from agentpost.kernels.actkv import (
+    PagedKVCache,
+    append_kv,
+    append_kv_reference,
+    paged_decode_attention,
+    paged_decode_attention_reference,
+)
 from tests.kernels._actkv_helpers import DEVICE, TOL, TOL_PROB, dense_entries, randn, random_paged
 
 

@@ -1,9 +1,16 @@
 """Attention recovery from the LSE (Algorithm 3) vs the torch reference and vs dense softmax attention."""
+
 import pytest
 import torch
 
-from agentpost.kernels.actkv import (PagedKVCache, head_reduce, keep_mask_from_scores, paged_decode_attention,
-                                     recover_action_attention, recover_action_attention_reference)
+from agentpost.kernels.actkv import (
+    PagedKVCache,
+    head_reduce,
+    keep_mask_from_scores,
+    paged_decode_attention,
+    recover_action_attention,
+    recover_action_attention_reference,
+)
 from tests.kernels._actkv_helpers import TOL_PROB, dense_entries, randn, random_paged
 
 
@@ -48,7 +55,7 @@ def test_recovery_equals_dense_softmax_max_over_group_mean_over_tokens():
     for t in range(T):
         c = int(ctx[0, t])
         for g in range(2):
-            s = q[0, t, g * G:(g + 1) * G] @ keys[:c, g].T / 8 ** 0.5
+            s = q[0, t, g * G : (g + 1) * G] @ keys[:c, g].T / 8**0.5
             want[g, :c] += torch.softmax(s, 1).amax(0) / T
     torch.testing.assert_close(acc[0, :, :37], want, **TOL_PROB)
     assert torch.all(acc[0, :, 37:] == 0)
@@ -96,8 +103,7 @@ def test_paged_path_gives_dense_path_keep_set():
         lse = torch.stack([cache.decode(layer, q[layer, t][None])[1][0] for t in range(n_act)])[None]
         acc, _ = cache.recover(layer, q[layer][None], lse, torch.full((1, n_act), T))
         paged = keep_mask_from_scores(head_reduce(acc)[:, :T], cache.seq_lens[layer], budget, prefix)
-        s = torch.einsum("ahd,hkd->ahk", q[layer],
-                         k[layer].repeat_interleave(G, 0)) / D ** 0.5
+        s = torch.einsum("ahd,hkd->ahk", q[layer], k[layer].repeat_interleave(G, 0)) / D**0.5
         dense_a = torch.softmax(s, -1).view(n_act, H, G, T).amax(2).mean(1).mean(0)  # mean_t mean_g max_h
         dense = keep_mask_from_scores(dense_a[None], torch.tensor([T]), budget, prefix)
         assert torch.equal(paged, dense) and int(paged.sum()) == prefix + budget

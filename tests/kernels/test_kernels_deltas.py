@@ -57,7 +57,7 @@ def _inputs(B, T, H, dk, dv, seed, *, cosine=0.0, beta_min=0.0, alpha_min=0.8):
     gen = torch.Generator().manual_seed(seed)
     shared = torch.nn.functional.normalize(torch.randn(B, 1, H, dk, generator=gen, device="cpu"), dim=-1)
     own = torch.nn.functional.normalize(torch.randn(B, T, H, dk, generator=gen, device="cpu"), dim=-1)
-    k = torch.nn.functional.normalize(cosine ** 0.5 * shared + (1 - cosine) ** 0.5 * own, dim=-1)
+    k = torch.nn.functional.normalize(cosine**0.5 * shared + (1 - cosine) ** 0.5 * own, dim=-1)
     q = torch.randn(B, T, H, dk, generator=gen, device="cpu")
     v = torch.randn(B, T, H, dv, generator=gen, device="cpu")
     beta = beta_min + (1 - beta_min) * torch.rand(B, T, H, generator=gen, device="cpu")
@@ -76,8 +76,13 @@ def _rel_each(x, ref):
 
 def _check_against_float64(inputs, S0, chunk, precision, **drift_kw):
     o, s, d = chunk_gated_delta_drift(*inputs, S0, chunk_size=chunk, precision=precision, **drift_kw)
-    o64, s64, d64 = recurrent_gated_delta(*(x.cpu() for x in inputs), initial_state=None if S0 is None else S0.cpu(),
-                                          chunk_size=chunk, dtype=torch.float64, **drift_kw)
+    o64, s64, d64 = recurrent_gated_delta(
+        *(x.cpu() for x in inputs),
+        initial_state=None if S0 is None else S0.cpu(),
+        chunk_size=chunk,
+        dtype=torch.float64,
+        **drift_kw,
+    )
     errors = {"o": _rel(o, o64), "state": _rel(s, s64), "drift": _rel_each(d, d64)}
     assert max(errors.values()) <= RTOL[precision], errors
     return d64
@@ -91,14 +96,15 @@ def test_correlated_keys_are_what_the_builder_says():
 
 @pytest.mark.parametrize("precision", PRECISIONS)
 @pytest.mark.parametrize("chunk", [16, 32, 64])
-@pytest.mark.parametrize("cosine,beta_min,alpha_min", [(0.5, 0.5, 0.95), (0.8, 0.5, 0.95), (0.5, 1.0, 1.0),
-                                                       (0.8, 1.0, 1.0)])
+@pytest.mark.parametrize(
+    "cosine,beta_min,alpha_min", [(0.5, 0.5, 0.95), (0.8, 0.5, 0.95), (0.5, 1.0, 1.0), (0.8, 1.0, 1.0)]
+)
 def test_correlated_keys_match_a_float64_recurrence(cosine, beta_min, alpha_min, chunk, precision):
     """Head size 64, 150 tokens (a short last chunk), from a zero state: the first chunk's drift is ||S'|| / eps.
     The inverse by repeated squaring this kernel replaced failed here from chunk 32 on (up to 1e15 at chunk 64)."""
     inputs = _inputs(1, 150, 1, 64, 64, seed=chunk, cosine=cosine, beta_min=beta_min, alpha_min=alpha_min)
     d64 = _check_against_float64(inputs, None, chunk, precision)
-    assert d64[..., 0].min() > 1e5                                 # ||S'|| / 1e-6 from the zero state
+    assert d64[..., 0].min() > 1e5  # ||S'|| / 1e-6 from the zero state
 
 
 @pytest.mark.parametrize("precision", PRECISIONS)
@@ -110,30 +116,34 @@ def test_a_fast_forgetting_head_next_to_a_slow_one_matches_a_float64_recurrence(
     q, k, v, g, beta = _inputs(1, 150, 2, 64, 64, seed=11, cosine=0.5, beta_min=0.5, alpha_min=0.99)
     gen = torch.Generator().manual_seed(12)
     fast = torch.rand(1, 150, generator=gen, device="cpu") < 0.5
-    g[..., 1] = torch.where(fast, torch.log(0.001 + 0.05 * torch.rand(1, 150, generator=gen, device="cpu")),
-                            torch.log(0.9 + 0.1 * torch.rand(1, 150, generator=gen, device="cpu"))).to(DEVICE)
+    g[..., 1] = torch.where(
+        fast,
+        torch.log(0.001 + 0.05 * torch.rand(1, 150, generator=gen, device="cpu")),
+        torch.log(0.9 + 0.1 * torch.rand(1, 150, generator=gen, device="cpu")),
+    ).to(DEVICE)
     S0 = (torch.randn(1, 2, 64, 64, generator=torch.Generator().manual_seed(13), device="cpu")).to(DEVICE)
     _check_against_float64([q, k, v, g, beta], S0, 64, precision)
 
 
 @pytest.mark.parametrize("precision", PRECISIONS)
-@pytest.mark.parametrize("drift_source,drift_norm", [("write", "relative"), ("raw", "absolute"),
-                                                     ("write", "absolute")])
+@pytest.mark.parametrize("drift_source,drift_norm", [("write", "relative"), ("raw", "absolute"), ("write", "absolute")])
 def test_drift_readings_from_an_initial_state_match_a_float64_recurrence(drift_source, drift_norm, precision):
     inputs = _inputs(2, 100, 2, 64, 48, seed=5, cosine=0.8, beta_min=0.5, alpha_min=0.95)
     S0 = (torch.randn(2, 2, 64, 48, generator=torch.Generator().manual_seed(7), device="cpu") * 0.3).to(DEVICE)
     _check_against_float64(inputs, S0, 64, precision, drift_source=drift_source, drift_norm=drift_norm)
 
 
-@pytest.mark.parametrize("T,dk,dv,chunk,block_v", [(37, 24, 40, 16, 64), (64, 16, 16, 32, 16), (19, 33, 7, 16, 16),
-                                                   (100, 32, 80, 64, 16)])
+@pytest.mark.parametrize(
+    "T,dk,dv,chunk,block_v", [(37, 24, 40, 16, 64), (64, 16, 16, 32, 16), (19, 33, 7, 16, 16), (100, 32, 80, 64, 16)]
+)
 def test_odd_shapes_and_value_blocks_match_the_reference_and_a_float64_recurrence(T, dk, dv, chunk, block_v):
     q, k, v, g, beta = _inputs(2, T, 3, dk, dv, seed=T + dk)
     S0 = (torch.randn(2, 3, dk, dv, generator=torch.Generator().manual_seed(7), device="cpu") * 0.3).to(DEVICE)
     o, s, d = chunk_gated_delta_drift(q, k, v, g, beta, S0, chunk_size=chunk, block_v=block_v)
     o_ref, s_ref, d_ref = chunk_gated_delta_drift_reference(q, k, v, g, beta, S0, chunk_size=chunk)
-    o64, s64, d64 = recurrent_gated_delta(*(x.cpu() for x in (q, k, v, g, beta)), initial_state=S0.cpu(),
-                                          chunk_size=chunk, dtype=torch.float64)
+    o64, s64, d64 = recurrent_gated_delta(
+        *(x.cpu() for x in (q, k, v, g, beta)), initial_state=S0.cpu(), chunk_size=chunk, dtype=torch.float64
+    )
     for got, ref, ref64 in ((o, o_ref, o64), (s, s_ref, s64)):
         assert _rel(got, ref64) <= IEEE_RTOL and _rel(ref, ref64) <= IEEE_RTOL
     assert _rel_each(d, d64) <= IEEE_RTOL and _rel_each(d_ref, d64) <= IEEE_RTOL

@@ -37,6 +37,7 @@ import pytest
 from agentpost.evidence.spread import NOT_COMPARED, check_value, glued_with_kind
 from agentpost.evidence.validate import error_cells, notebook_problems
 
+
 class GlueRegression(AssertionError):
     """A glued value moved further than its measured kernel-path spread allows."""
 
@@ -45,12 +46,21 @@ def cell_problems(chapter: str, committed_outputs, executed_outputs) -> list[str
     """Why one executed cell's glued values are not the committed cell's (kinds read from the executed outputs)."""
     committed = glued_with_kind(committed_outputs)
     executed = glued_with_kind(executed_outputs)
-    problems = [f"{name}: recorded in the committed notebook, not by this run"
-                for name in _scraps(n for n, (_, kind) in committed.items() if n not in executed and kind not in NOT_COMPARED)]
-    problems += [f"{name}: recorded by this run, not in the committed notebook (refresh it)"
-                 for name in _scraps(n for n, (_, kind) in executed.items() if n not in committed and kind not in NOT_COMPARED)]
-    problems += [p for name, (value, kind) in executed.items() if name in committed
-                 for p in [check_value(chapter, name, committed[name][0], value, kind)] if p]
+    problems = [
+        f"{name}: recorded in the committed notebook, not by this run"
+        for name in _scraps(n for n, (_, kind) in committed.items() if n not in executed and kind not in NOT_COMPARED)
+    ]
+    problems += [
+        f"{name}: recorded by this run, not in the committed notebook (refresh it)"
+        for name in _scraps(n for n, (_, kind) in executed.items() if n not in committed and kind not in NOT_COMPARED)
+    ]
+    problems += [
+        p
+        for name, (value, kind) in executed.items()
+        if name in committed
+        for p in [check_value(chapter, name, committed[name][0], value, kind)]
+        if p
+    ]
     return problems
 
 
@@ -70,8 +80,10 @@ def pytest_runtest_call(item):
         chapter = Path(str(item.fspath)).stem
         problems = cell_problems(chapter, item.cell.get("outputs"), item.test_outputs)
         if problems:
-            raise GlueRegression(f"{chapter} cell {item.cell_num}: glued values differ from the committed notebook:\n  "
-                                 + "\n  ".join(problems))
+            raise GlueRegression(
+                f"{chapter} cell {item.cell_num}: glued values differ from the committed notebook:\n  "
+                + "\n  ".join(problems)
+            )
     return result
 
 
@@ -105,7 +117,9 @@ class NotebookChecks(pytest.Item):
         problems = [str(p) for p in notebook_problems(nb, name)]
         problems += [f"{name}: status: cell {i} raised an error" for i in error_cells(nb)]
         if problems:
-            raise NotebookInvalid(f"{name}: a fresh run of this notebook would not validate:\n  " + "\n  ".join(problems))
+            raise NotebookInvalid(
+                f"{name}: a fresh run of this notebook would not validate:\n  " + "\n  ".join(problems)
+            )
 
     def repr_failure(self, excinfo):
         if isinstance(excinfo.value, NotebookInvalid):

@@ -8,8 +8,15 @@ import pytest
 import torch
 
 from agentpost.actkv.budget import (
-    ConfidenceBudget, DeepConfConfidence, NegSurprisalConfidence, Surprisal, TokenConfidence, bottom_trend_slope,
-    confidence_from_logits, deepconf_confidence, min_pool,
+    ConfidenceBudget,
+    DeepConfConfidence,
+    NegSurprisalConfidence,
+    Surprisal,
+    TokenConfidence,
+    bottom_trend_slope,
+    confidence_from_logits,
+    deepconf_confidence,
+    min_pool,
 )
 from agentpost.actkv.lrfu import ActionAccumulator, lrfu_update, nucleus_hits, reduce_heads, select_top_b
 from agentpost.actkv.regions import HARMONY, QWEN, ActionRegionDetector, detect_rounds
@@ -20,8 +27,13 @@ def _stream(delims, rng):
     """Synthetic stream: prefix, then rounds of observation / reasoning / action, with ground truth per char."""
     parts = [("SYSTEM task text. ", False)]
     for r in range(3):
-        parts += [(f"obs {r} result ", False), (f"think {r} ", False), (delims.open, False),
-                  (f'{{"name": "f{r}", "id": {r}}}' + delims.close, True), (" ", False)]
+        parts += [
+            (f"obs {r} result ", False),
+            (f"think {r} ", False),
+            (delims.open, False),
+            (f'{{"name": "f{r}", "id": {r}}}' + delims.close, True),
+            (" ", False),
+        ]
     text = "".join(p for p, _ in parts)
     truth = [flag for p, flag in parts for _ in p]
     cuts = sorted(rng.sample(range(1, len(text)), 40))
@@ -43,8 +55,22 @@ def test_detector_matches_ground_truth_with_split_delimiters(delims, seed):
 
 
 def test_rounds_end_at_close_delimiter_and_prefix_is_not_scored():
-    toks = ["<tool_call>", "sys", " task", "obs", " hm", "<tool_call>", "{a}", "</tool_call>", "obs2", "<tool_call>",
-            "{b", "}</tool_", "call>", "tail"]
+    toks = [
+        "<tool_call>",
+        "sys",
+        " task",
+        "obs",
+        " hm",
+        "<tool_call>",
+        "{a}",
+        "</tool_call>",
+        "obs2",
+        "<tool_call>",
+        "{b",
+        "}</tool_",
+        "call>",
+        "tail",
+    ]
     lay = detect_rounds(toks, prefix_len=3)
     assert lay.round_spans == ((3, 8), (8, 13), (13, 14))
     assert lay.action_mask == (False,) * 6 + (True, True, False, False, True, True, True, False)

@@ -7,7 +7,16 @@ import torch
 
 from agentpost.actkv.lrfu import select_top_b
 from agentpost.actkv.policies import (
-    POLICIES, RKV, ActKV, H2O, SnapKV, StreamingLLM, make_policy, rkv_redundancy, rkv_scores, snapkv_scores,
+    POLICIES,
+    RKV,
+    ActKV,
+    H2O,
+    SnapKV,
+    StreamingLLM,
+    make_policy,
+    rkv_redundancy,
+    rkv_scores,
+    snapkv_scores,
     streaming_scores,
 )
 
@@ -98,8 +107,14 @@ def test_h2o_normalised_accumulator_on_hand_built_attention():
     for pol in (raw, norm):
         pol.reset(n_layers=1, n_kv_heads=1, prefix_len=0)
         for row in ([0.5, 0.5], [0.2, 0.3, 0.5], [0.1, 0.6, 0.1, 0.2]):
-            pol.observe(0, torch.tensor(row, dtype=torch.float64).view(1, 1, -1), torch.zeros(1, 1, 2),
-                        torch.tensor([False]), False, 1.0)
+            pol.observe(
+                0,
+                torch.tensor(row, dtype=torch.float64).view(1, 1, -1),
+                torch.zeros(1, 1, 2),
+                torch.tensor([False]),
+                False,
+                1.0,
+            )
     s = norm.score(0, torch.zeros(1, 4, 2))
     assert s[0, :3].tolist() == pytest.approx([0.8 / 3, 1.4 / 3, 0.6 / 2])
     assert raw.protect(4, 3) == norm.protect(4, 3) == (0, 1)  # B = 3: recent 1, two heavy hitters
@@ -136,7 +151,9 @@ def test_rkv_score_mixes_attention_and_redundancy():
     # redundancy by hand: column means [0, 2, 0, 1, 0] / 5, softmax -> exp([0, .4, 0, .2, 0]) / Z
     z = 3 + math.exp(0.4) + math.exp(0.2)
     red = [1 / z, math.exp(0.4) / z, 1 / z, math.exp(0.2) / z]
-    assert s[0, :4].tolist() == pytest.approx([0.07 * a - 0.93 * r for a, r in zip(attn, red)], abs=1e-8)  # 1e-8 norm eps
+    assert s[0, :4].tolist() == pytest.approx(
+        [0.07 * a - 0.93 * r for a, r in zip(attn, red)], abs=1e-8
+    )  # 1e-8 norm eps
     assert s[0, 4] == math.inf
 
 
@@ -158,10 +175,13 @@ def test_rkv_scored_over_the_whole_cache_or_the_evictable_part():
     assert cache.shape == ev.shape == (1, 3) and cache[0, 2] == ev[0, 2] == math.inf
 
 
-@pytest.mark.parametrize("scores", [
-    lambda: snapkv_scores(torch.rand(2, 3, 12, dtype=torch.float64), 3),
-    lambda: rkv_scores(torch.randn(2, 3, 12, dtype=torch.float64), torch.randn(2, 12, 4, dtype=torch.float64), 3),
-])
+@pytest.mark.parametrize(
+    "scores",
+    [
+        lambda: snapkv_scores(torch.rand(2, 3, 12, dtype=torch.float64), 3),
+        lambda: rkv_scores(torch.randn(2, 3, 12, dtype=torch.float64), torch.randn(2, 12, 4, dtype=torch.float64), 3),
+    ],
+)
 def test_window_always_kept(scores):
     torch.manual_seed(0)
     keep = select_top_b(scores(), 5)

@@ -17,8 +17,10 @@ def setup():
     spans = []
     for r in range(3):
         start = len(ids)
-        text = (f"<|im_start|>tool\n<tool_response>doc {r} of the api alpha{r}</tool_response><|im_end|>\n"
-                f"<|im_start|>assistant\nthink {r}<tool_call>{{\"name\": \"alpha{r}\"}}</tool_call><|im_end|>\n")
+        text = (
+            f"<|im_start|>tool\n<tool_response>doc {r} of the api alpha{r}</tool_response><|im_end|>\n"
+            f'<|im_start|>assistant\nthink {r}<tool_call>{{"name": "alpha{r}"}}</tool_call><|im_end|>\n'
+        )
         ids += tok(text, add_special_tokens=False).input_ids
         spans.append((start, len(ids)))
     tr = diag_trace("synthetic-0", ids, tok, spans[0][0], spans)
@@ -40,8 +42,17 @@ def test_grid_fullkv_is_its_own_reference(setup):
     df = run_grid(model, [tr], ratios=(0.25,), chunk=32, variants=VARIANTS)
     full = df[df.method == "fullkv"].iloc[0]
     assert full.nll_increase_nats == 0 and full.top1_agreement == 1 and full.peak_frac == 1
-    assert set(df.method) == {"fullkv", "streamingllm", "h2o", "snapkv", "rkv", "actkv", "actkv+budget",
-                              "h2o_normalised", "snapkv_query_head"}
+    assert set(df.method) == {
+        "fullkv",
+        "streamingllm",
+        "h2o",
+        "snapkv",
+        "rkv",
+        "actkv",
+        "actkv+budget",
+        "h2o_normalised",
+        "snapkv_query_head",
+    }
     assert (df.peak_frac <= 1).all()
     assert (df[df.method.str.startswith("actkv")].peak_within_bound == 1).all()
     outcomes = per_item(df, 0.25, "nll_increase_nats")

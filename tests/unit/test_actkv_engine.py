@@ -105,7 +105,8 @@ def test_budget_rule_reads_the_confidence_of_the_tokens_fed_so_far(model, trace)
     expect, b = [], 200
     for p in (50, 90):
         b = ConfidenceBudget(budget=b, window=4, stride=2, bottom=0.5, growth=2.0, cap=100000).update(
-            DeepConfConfidence(want[PREFIX : p + 1]))
+            DeepConfConfidence(want[PREFIX : p + 1])
+        )
         expect.append(b)
     assert res.stats.budgets == expect and [bb for _, bb in rule.history] == expect
 
@@ -125,6 +126,7 @@ def test_confidence_only_on_generated_tokens(model, trace):
     g = np.array(gen)
     assert np.isnan(res.confidence[~g]).all() and np.isfinite(res.confidence[g]).all()
     np.testing.assert_allclose(res.confidence[g], conf[np.flatnonzero(g) - 1], rtol=0, atol=1e-6)
+
     # what the rule read at each boundary: generated tokens 30..49 before token 50 (20 values, where the old
     # engine passed 31, observations included), then 30..49 + 60..89 before token 90
     class Seen(ConfidenceBudget):
@@ -188,8 +190,17 @@ def test_greedy_generation_fullkv_matches_argmax_and_compresses_on_action_close(
             return super().update(confidence)
 
     seen, tok = [], CountingTok()
-    out, stats = generate(model, tok, prompt, 4, make_policy("actkv"), 200, max_new_tokens=40,
-                          on_action_end=lambda g: [11, 12], budget_rule=Seen(budget=200, window=2, stride=1))
+    out, stats = generate(
+        model,
+        tok,
+        prompt,
+        4,
+        make_policy("actkv"),
+        200,
+        max_new_tokens=40,
+        on_action_end=lambda g: [11, 12],
+        budget_rule=Seen(budget=200, window=2, stride=1),
+    )
     texts = [t for _, t in tok.log[len(prompt) - 4 :]]  # one text per element of out, in order
     det = ActionRegionDetector("qwen")
     for _, t in tok.log[: len(prompt) - 4]:
@@ -217,8 +228,9 @@ def test_neg_surprisal_form_records_the_log_probability_of_each_token(model, tra
     ids, lay = trace
     lp = _full_logp(model, ids)
     rule = ConfidenceBudget(budget=0, window=4, stride=2, bottom=0.5)
-    res = score_trace(model, ids.tolist(), lay, make_policy("actkv"), 200, budget_rule=rule, chunk=16,
-                      confidence_form="neg_surprisal")
+    res = score_trace(
+        model, ids.tolist(), lay, make_policy("actkv"), 200, budget_rule=rule, chunk=16, confidence_form="neg_surprisal"
+    )
     want = lp[PREFIX - 1 : N - 1].gather(-1, ids[PREFIX:].view(-1, 1)).squeeze(-1).numpy()  # log p(x_t), no flip
     np.testing.assert_allclose(res.confidence[PREFIX:], want, rtol=0, atol=1e-6)
     np.testing.assert_allclose(res.confidence[PREFIX:], res.logprob[PREFIX:], rtol=0, atol=1e-6)
@@ -227,8 +239,7 @@ def test_neg_surprisal_form_records_the_log_probability_of_each_token(model, tra
 def test_snapkv_query_head_keeps_a_set_per_query_head(model, trace):
     ids, lay = trace
     full = score_trace(model, ids.tolist(), lay, make_policy("fullkv"), None, chunk=16)
-    res = score_trace(model, ids.tolist(), lay, make_policy("snapkv", window=8, head_mode="query_head"), 30,
-                      chunk=16)
+    res = score_trace(model, ids.tolist(), lay, make_policy("snapkv", window=8, head_mode="query_head"), 30, chunk=16)
     # exact until the first compression (the expanded cache holds the same keys once per query head)
     first = PREFIX + 30 + int(lay.mean_round_len) + 1
     np.testing.assert_allclose(res.logprob[:first], full.logprob[:first], rtol=0, atol=1e-5)

@@ -47,8 +47,10 @@ def _chunks(a, b, step=5):
 def test_paged_backend_keeps_the_same_entries_as_dense(model, trace):
     ids, lay = trace
     amask = torch.tensor(lay.action_mask)
-    sess = {be: CompressedSession(model, make_policy("actkv", **ACTKV), BUDGET, prefix_len=PREFIX, kv_backend=be)
-            for be in ("dense", "paged")}
+    sess = {
+        be: CompressedSession(model, make_policy("actkv", **ACTKV), BUDGET, prefix_len=PREFIX, kv_backend=be)
+        for be in ("dense", "paged")
+    }
     sess["paged"].paged.initial_blocks = 1  # the paged pool starts at one block and must grow (re-homing entries)
     for s in sess.values():
         s.feed(ids[:PREFIX])
@@ -82,8 +84,10 @@ def test_paged_backend_keeps_the_same_entries_as_dense(model, trace):
 @pytest.mark.claim("actkv", "C4")
 def test_score_trace_paged_gives_dense_action_logprobs(model, trace):
     ids, lay = trace
-    res = {be: score_trace(model, ids.tolist(), lay, make_policy("actkv", **ACTKV), BUDGET, chunk=8, kv_backend=be)
-           for be in ("dense", "paged")}
+    res = {
+        be: score_trace(model, ids.tolist(), lay, make_policy("actkv", **ACTKV), BUDGET, chunk=8, kv_backend=be)
+        for be in ("dense", "paged")
+    }
     assert np.abs(res["dense"].logprob - res["paged"].logprob).max() < 1e-5
     assert res["paged"].action_nll.size == sum(b - a for a, b in REGIONS)
     assert res["paged"].stats.budgets == res["dense"].stats.budgets == [BUDGET, BUDGET]
@@ -91,14 +95,27 @@ def test_score_trace_paged_gives_dense_action_logprobs(model, trace):
 
 def test_greedy_generation_is_the_same_on_both_backends(model):
     prompt = torch.randint(10, 500, (12,), generator=torch.Generator().manual_seed(1)).tolist()
-    runs = {be: generate(model, CountingTok(), prompt, 4, make_policy("actkv", **ACTKV), 3, max_new_tokens=24,
-                         on_action_end=lambda g: [11, 12], kv_backend=be) for be in ("dense", "paged")}
+    runs = {
+        be: generate(
+            model,
+            CountingTok(),
+            prompt,
+            4,
+            make_policy("actkv", **ACTKV),
+            3,
+            max_new_tokens=24,
+            on_action_end=lambda g: [11, 12],
+            kv_backend=be,
+        )
+        for be in ("dense", "paged")
+    }
     assert runs["dense"][0] == runs["paged"][0]
     assert runs["paged"][1].compressions == runs["dense"][1].compressions > 0
 
 
-@pytest.mark.parametrize("name,kw", [("h2o", {}), ("actkv", {"head_reduce": "per_head"}),
-                                     ("actkv", {"head_reduce": "max"})])
+@pytest.mark.parametrize(
+    "name,kw", [("h2o", {}), ("actkv", {"head_reduce": "per_head"}), ("actkv", {"head_reduce": "max"})]
+)
 def test_paged_backend_refuses_what_it_does_not_implement(model, name, kw):
     with pytest.raises(ValueError, match="mean_of_max"):
         CompressedSession(model, make_policy(name, **kw), 10, prefix_len=2, kv_backend="paged")

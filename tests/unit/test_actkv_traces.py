@@ -5,7 +5,13 @@ import json
 import pytest
 
 from agentpost.data.tool_traces import (
-    SPLIT_GROUPS, TRACE_LABEL, ToolTrace, build_traces, render_doc, split_groups, tokenize_trace,
+    SPLIT_GROUPS,
+    TRACE_LABEL,
+    ToolTrace,
+    build_traces,
+    render_doc,
+    split_groups,
+    tokenize_trace,
 )
 from agentpost.data.stabletoolbench import Api
 from agentpost.models.tokenizer import load_tokenizer
@@ -135,6 +141,6 @@ def test_generated_mask_is_the_assistant_turns(traces, tok):
         for (s, e), r in zip(tt.round_spans, t.rounds):
             gen = [i for i in range(s, e) if g[i]]
             assert gen == list(range(gen[0], e))  # one run that ends the round
-            assert tok.decode(tt.input_ids[gen[0]:e]) == f"{r.reasoning}\n{r.action}<|im_end|>\n"
-            assert tok.decode(tt.input_ids[s:gen[0]]).endswith("<|im_start|>assistant\n")
-            assert r.observation in tok.decode(tt.input_ids[s:gen[0]])
+            assert tok.decode(tt.input_ids[gen[0] : e]) == f"{r.reasoning}\n{r.action}<|im_end|>\n"
+            assert tok.decode(tt.input_ids[s : gen[0]]).endswith("<|im_start|>assistant\n")
+            assert r.observation in tok.decode(tt.input_ids[s : gen[0]])

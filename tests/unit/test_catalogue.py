@@ -30,8 +30,12 @@ def test_a_synthetic_claim_in_a_public_chapter_never_reaches_diagnostic(monkeypa
 
     public, synthetic = Claim("C1", "on public data", ("m",)), Claim("C2", "on a synthetic MDP", ("m",), synthetic=True)
     chapter = Chapter("demo", "Demo", None, None, 1, (), False, (public, synthetic), ())
-    runs = {("demo", "smoke"): [levels.Run(Path(f"r{s}"), {"seed": s, "status": "ok", "kind": "profile",
-                                                            "metrics": {"m": s / 100}}) for s in (42, 43, 44)]}
+    runs = {
+        ("demo", "smoke"): [
+            levels.Run(Path(f"r{s}"), {"seed": s, "status": "ok", "kind": "profile", "metrics": {"m": s / 100}})
+            for s in (42, 43, 44)
+        ]
+    }
     monkeypatch.setattr(levels, "counted_configuration", lambda group: group)
     monkeypatch.setattr(levels, "gpu_evidence_problems", lambda receipts: ["cpu"])
     assert levels.claim_status(chapter, public, {}, runs).levels["diagnostic"] is True

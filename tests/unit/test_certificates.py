@@ -54,13 +54,22 @@ def test_a_moved_per_item_outcome_is_named_and_a_renamed_fingerprint_is_not():
     regrouped = copy.deepcopy(old)
     arms = sorted(_outcomes_scrap(regrouped)["data"]["facts"])
     _outcomes_scrap(regrouped)["data"]["facts"][arms[0]]["checkpoint"] = "a start no other arm shares"
-    assert any("the arms sharing a checkpoint differ" in p for p in certificates.differences("graft", old, regrouped)[0])
+    assert any(
+        "the arms sharing a checkpoint differ" in p for p in certificates.differences("graft", old, regrouped)[0]
+    )
 
 
 def _run(seed, code, end, stale=()):
-    receipt = {"chapter": "kite", "profile": "cpu", "kind": "profile", "seed": seed, "status": "ok", "schema_version": 4,
-               "hashes": {"source_notebook": "s", "parameters": "p", "code_tree": code, "data": {}},
-               "timing": {"end": end}}
+    receipt = {
+        "chapter": "kite",
+        "profile": "cpu",
+        "kind": "profile",
+        "seed": seed,
+        "status": "ok",
+        "schema_version": 4,
+        "hashes": {"source_notebook": "s", "parameters": "p", "code_tree": code, "data": {}},
+        "timing": {"end": end},
+    }
     return Run(Path(f"seed-{seed}-{code}"), receipt, [], list(stale))
 
 
@@ -69,8 +78,9 @@ def test_a_certificate_joins_the_configurations_and_the_re_run_counts_at_its_see
     old = [_run(s, "old", f"2026-11-0{1 + s}T00:00:00", stale=["imported_code"]) for s in range(4)]
     new = [_run(0, "new", "2026-12-07T00:00:00")]
     assert [len(g) for g in configurations(old + new)] == [4, 1]  # no certificate: apart, the old batch stale
-    check = certificates.SeedCheck(seed=0, old_run=old[0].path.name, new_run=new[0].path.name, values_compared=9,
-                                   fingerprints_compared=2)
+    check = certificates.SeedCheck(
+        seed=0, old_run=old[0].path.name, new_run=new[0].path.name, values_compared=9, fingerprints_compared=2
+    )
     path = certificates.write("kite", "cpu", old[0].receipt, new[0].receipt, [check])
     (group,) = configurations(old + new)
     assert sorted(r.receipt["seed"] for r in group) == [0, 1, 2, 3] and new[0] in group and old[0] not in group

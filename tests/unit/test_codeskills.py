@@ -9,10 +9,24 @@ pytest.importorskip("minihack")
 
 from agentpost.codeskills import maps
 from agentpost.codeskills.bot import Bot
-from agentpost.codeskills.controllers import (LMController, RandomController, ScriptedController, join_prompt,
-                                              parse_action, prompt_parts, render_prompt)
-from agentpost.codeskills.env import (ABORTED, DEATH, PRIMITIVE_KEYS, TASK_SUCCESSFUL, classify_end, make_env,
-                                      seeded_reset)
+from agentpost.codeskills.controllers import (
+    LMController,
+    RandomController,
+    ScriptedController,
+    join_prompt,
+    parse_action,
+    prompt_parts,
+    render_prompt,
+)
+from agentpost.codeskills.env import (
+    ABORTED,
+    DEATH,
+    PRIMITIVE_KEYS,
+    TASK_SUCCESSFUL,
+    classify_end,
+    make_env,
+    seeded_reset,
+)
 from agentpost.codeskills.runtime import Budgets, action_space, discounted, run_decision, run_episode
 from agentpost.codeskills.skills import SKILLS
 
@@ -31,8 +45,17 @@ def decide(bot, action, interface="skill", budgets=Budgets(), limit=1000):
 
 def episode(task, controller, interface, budgets=Budgets(), seed=1, **kw):
     env = make_env(task, **kw.pop("env", {}))
-    return run_episode(env, controller, action_space(interface), budgets, env_seed=seed,
-                       rng=np.random.default_rng(seed), task=task, interface=interface, **kw)
+    return run_episode(
+        env,
+        controller,
+        action_space(interface),
+        budgets,
+        env_seed=seed,
+        rng=np.random.default_rng(seed),
+        task=task,
+        interface=interface,
+        **kw,
+    )
 
 
 def test_glyph_layout_matches_nle():
@@ -40,8 +63,17 @@ def test_glyph_layout_matches_nle():
 
     from agentpost.codeskills import bot as b
 
-    for name in ("GLYPH_PET_OFF", "GLYPH_INVIS_OFF", "GLYPH_DETECT_OFF", "GLYPH_BODY_OFF", "GLYPH_RIDDEN_OFF",
-                 "GLYPH_OBJ_OFF", "GLYPH_CMAP_OFF", "GLYPH_EXPLODE_OFF", "MAX_GLYPH"):
+    for name in (
+        "GLYPH_PET_OFF",
+        "GLYPH_INVIS_OFF",
+        "GLYPH_DETECT_OFF",
+        "GLYPH_BODY_OFF",
+        "GLYPH_RIDDEN_OFF",
+        "GLYPH_OBJ_OFF",
+        "GLYPH_CMAP_OFF",
+        "GLYPH_EXPLODE_OFF",
+        "MAX_GLYPH",
+    ):
         assert getattr(b, name) == getattr(nethack, name), name
 
 
@@ -70,9 +102,19 @@ def test_step_limit_arrives_as_terminated_and_is_classified_truncated():
         obs, reward, terminated, truncated, info = env.step(wall)
     assert (terminated, truncated, int(info["end_status"])) == (True, False, ABORTED)  # NLE's own signalling
     assert classify_end(terminated, truncated, info).kind == "truncated"
-    res = episode("MiniHack-Room-15x15-v0", ScriptedController(), "primitive", env={"max_episode_steps": 5},
-                  budgets=Budgets(max_decisions=100))
-    assert (res.end_kind, res.stop_reason, res.primitive_steps, res.success) == ("truncated", "env_step_limit", 5, False)
+    res = episode(
+        "MiniHack-Room-15x15-v0",
+        ScriptedController(),
+        "primitive",
+        env={"max_episode_steps": 5},
+        budgets=Budgets(max_decisions=100),
+    )
+    assert (res.end_kind, res.stop_reason, res.primitive_steps, res.success) == (
+        "truncated",
+        "env_step_limit",
+        5,
+        False,
+    )
 
 
 def test_classify_end_table():
@@ -128,7 +170,7 @@ def test_boulder_glyph_matches_nle_and_a_boulder_is_neither_floor_nor_an_item():
     from agentpost.codeskills.bot import BOULDER_GLYPH
 
     bot = fresh(maps.RIVER)
-    (bx, by), = bot.boulders
+    ((bx, by),) = bot.boulders
     assert chr(int(bot.chars[by, bx])) == "`" and int(bot.glyphs[by, bx]) == BOULDER_GLYPH
     assert not bot.walkable[by, bx] and (bx, by) not in bot.objects
 
@@ -136,7 +178,7 @@ def test_boulder_glyph_matches_nle_and_a_boulder_is_neither_floor_nor_an_item():
 def test_push_boulder_is_one_move_and_two_pushes_then_the_river_is_crossed():
     """maps.RIVER: 1 move southeast + 2 pushes east fill the water square (NetHack: 'Now you can cross it!')."""
     bot = fresh(maps.RIVER)
-    (bx, by), = bot.boulders
+    ((bx, by),) = bot.boulders
     filled = (bx + 2, by)
     assert filled in bot.water and bot.path_to(bot.stairs or [(bx + 4, by)]) is None
     out = decide(bot, "push_boulder")
@@ -151,15 +193,23 @@ def test_push_boulder_crosses_minihack_river_narrow():
     """The real two-wide River-Narrow task (instance 420000): the scripted skill policy pushes one boulder into each
     water column of one row and walks over them to the stairs; without push_boulder it cannot cross."""
     env = make_env("MiniHack-River-Narrow-v0")
-    res = run_episode(env, ScriptedController(), action_space("skill"), Budgets(), env_seed=420000,
-                      rng=np.random.default_rng(0), keep_trace=True)
+    res = run_episode(
+        env,
+        ScriptedController(),
+        action_space("skill"),
+        Budgets(),
+        env_seed=420000,
+        rng=np.random.default_rng(0),
+        keep_trace=True,
+    )
     pushes = [t["outcome"].result for t in res.trace if t["choice"].action == "push_boulder"]
     assert res.success and pushes == ["done", "done"]
     without = [s for s in action_space("skill").skills if s != "push_boulder"]
     from agentpost.codeskills.runtime import ActionSpace
 
-    res = run_episode(env, ScriptedController(), ActionSpace(skills=without), Budgets(), env_seed=420000,
-                      rng=np.random.default_rng(0))
+    res = run_episode(
+        env, ScriptedController(), ActionSpace(skills=without), Budgets(), env_seed=420000, rng=np.random.default_rng(0)
+    )
     assert not res.success
 
 
@@ -237,11 +287,23 @@ def test_nested_calls_count_in_all_calls_not_in_decisions():
     decide(bot, "goto_stairs")
     assert bot.calls == 2  # goto_stairs and the travel_to it calls
     env = make_env(maps.NAVIGATION_TASK, des_file=maps.DARK_CORRIDOR)
-    top = run_episode(env, ScriptedController(), action_space("skill"), Budgets(max_decisions=1), env_seed=7,
-                      rng=np.random.default_rng(0))
+    top = run_episode(
+        env,
+        ScriptedController(),
+        action_space("skill"),
+        Budgets(max_decisions=1),
+        env_seed=7,
+        rng=np.random.default_rng(0),
+    )
     assert (top.decisions, top.stop_reason) == (1, "decision_budget") and top.all_calls > top.decisions
-    allc = run_episode(env, ScriptedController(), action_space("skill"), Budgets(max_decisions=3, counts="all_calls"),
-                       env_seed=7, rng=np.random.default_rng(0))
+    allc = run_episode(
+        env,
+        ScriptedController(),
+        action_space("skill"),
+        Budgets(max_decisions=3, counts="all_calls"),
+        env_seed=7,
+        rng=np.random.default_rng(0),
+    )
     assert allc.all_calls >= 3 and allc.decisions < allc.all_calls
 
 
@@ -266,13 +328,15 @@ def test_no_progress_stop_after_exactly_the_limit():
 
         def act(self, bot, space):
             from agentpost.codeskills.runtime import Choice
+
             return Choice("goto_stairs")
 
         def observe(self, *a):
             pass
 
-    r = run_episode(env, Stubborn(), action_space("skill"), Budgets(no_progress_limit=6), env_seed=7,
-                    rng=np.random.default_rng(0))
+    r = run_episode(
+        env, Stubborn(), action_space("skill"), Budgets(no_progress_limit=6), env_seed=7, rng=np.random.default_rng(0)
+    )
     assert (r.decisions, r.primitive_steps, r.zero_step_decisions, r.stop_reason) == (6, 0, 6, "no_progress")
 
 
@@ -324,7 +388,7 @@ class _ScriptedLM:
     def generate(self, ids, **kw):
         import torch
 
-        return torch.cat([ids, self.reply[:, :kw["max_new_tokens"]]], dim=1)
+        return torch.cat([ids, self.reply[:, : kw["max_new_tokens"]]], dim=1)
 
 
 def test_lm_controller_counts_calls_tokens_and_unparseable_with_a_tiny_random_lm():
@@ -371,8 +435,9 @@ def test_sft_traces_match_the_lm_prompt_and_training_lowers_the_target_loss():
     ids, mask, dropped = encode(traces[0], tok, max_prompt_tokens=None)
     assert dropped == 0 and len(ids) == len(mask) and sum(mask) == len(tok(" goto_stairs\n")["input_ids"]) + 1
     assert tok.decode([i for i, m in zip(ids, mask) if m], skip_special_tokens=True) == " goto_stairs\n"
-    log = finetune(tiny_random_lm(0), tok, traces, updates=30, lr=3e-3, batch_size=4, max_prompt_tokens=None,
-                   progress=False)
+    log = finetune(
+        tiny_random_lm(0), tok, traces, updates=30, lr=3e-3, batch_size=4, max_prompt_tokens=None, progress=False
+    )
     assert log["final_loss"] < log["first_loss"]
 
 
@@ -441,13 +506,19 @@ def test_run_grid_is_one_seed_with_nested_items_and_measured_facts():
     from agentpost.codeskills.diagnostic import arm_facts_of, arm_outcomes, run_grid
 
     arms = (("random_uniform", "primitive"), ("scripted", "skill"))
-    a = run_grid(["MiniHack-Room-5x5-v0"], {"MiniHack-Room-5x5-v0": 3}, 1, arms, Budgets(max_decisions=10),
-                 progress=False)
-    b = run_grid(["MiniHack-Room-5x5-v0"], {"MiniHack-Room-5x5-v0": 3}, 2, arms, Budgets(max_decisions=10),
-                 progress=False)
+    a = run_grid(
+        ["MiniHack-Room-5x5-v0"], {"MiniHack-Room-5x5-v0": 3}, 1, arms, Budgets(max_decisions=10), progress=False
+    )
+    b = run_grid(
+        ["MiniHack-Room-5x5-v0"], {"MiniHack-Room-5x5-v0": 3}, 2, arms, Budgets(max_decisions=10), progress=False
+    )
     out = arm_outcomes(a, "decisions")
-    assert sorted(out) == ["random_uniform_primitive_eqdec", "random_uniform_primitive_eqsteps",
-                           "scripted_skill_eqdec", "scripted_skill_eqsteps"]
+    assert sorted(out) == [
+        "random_uniform_primitive_eqdec",
+        "random_uniform_primitive_eqsteps",
+        "scripted_skill_eqdec",
+        "scripted_skill_eqsteps",
+    ]
     assert list(out["scripted_skill_eqdec"]) == ["room_5x5-s1-e0", "room_5x5-s1-e1", "room_5x5-s1-e2"]
     assert max(out["random_uniform_primitive_eqdec"].values()) <= 10  # equal decisions: 10
     assert max(out["random_uniform_primitive_eqsteps"].values()) > 10  # equal steps: the room's 100-step limit
@@ -477,7 +548,7 @@ def test_model_push_predicts_the_real_push_boulder():
     from agentpost.codeskills.search import ModelBot, Potential, dry_run
 
     bot = fresh(maps.RIVER)
-    (bx, by), = bot.boulders
+    ((bx, by),) = bot.boulders
     phi = Potential(bot)
     before = phi(bot)
     end, n = dry_run(bot, "push_boulder", action_space("skill"), phi, 50)

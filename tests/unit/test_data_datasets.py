@@ -23,11 +23,15 @@ def _hash(obj) -> str:
     return hashlib.sha256(json.dumps(obj, ensure_ascii=False).encode()).hexdigest()[:16]
 
 
-@pytest.mark.parametrize("split, count, digest", [("train", 7473, "6fd0d1ef548efbbc"), ("test", 1319, "65ae5a5b62654eaf")])
+@pytest.mark.parametrize(
+    "split, count, digest", [("train", 7473, "6fd0d1ef548efbbc"), ("test", 1319, "65ae5a5b62654eaf")]
+)
 def test_gsm8k_problems_rows_order_and_types(split, count, digest):
     rows = gsm8k.problems(split)
     assert type(rows) is tuple and len(rows) == count
-    assert all(type(r) is dict and list(r) == ["question", "answer"] and all(type(v) is str for v in r.values()) for r in rows)
+    assert all(
+        type(r) is dict and list(r) == ["question", "answer"] and all(type(v) is str for v in r.values()) for r in rows
+    )
     assert _hash([[r["question"], r["answer"]] for r in rows]) == digest
 
 
@@ -43,7 +47,10 @@ def test_wikitext_split_is_the_file_text_exactly(split, file):
 def test_stabletoolbench_queries_rows_order_and_types():
     queries = stabletoolbench.load_queries()
     assert len(queries) == 765 and all(type(q.query_id) is int and type(q.targets) is tuple for q in queries)
-    assert _hash([[q.group, q.query_id, q.text, list(q.targets), list(q.candidates)] for q in queries]) == "375a81aa8516f6d2"
+    assert (
+        _hash([[q.group, q.query_id, q.text, list(q.targets), list(q.candidates)] for q in queries])
+        == "375a81aa8516f6d2"
+    )
 
 
 def test_local_rows_cache_lives_in_the_project_cache_not_the_data_folder(tmp_path, monkeypatch):
@@ -116,7 +123,9 @@ def _fake_hub(monkeypatch, splits, calls):
 
 
 def test_local_data_never_takes_the_hub(monkeypatch):
-    monkeypatch.setattr(hf, "from_hub", lambda name: pytest.fail("the hub fallback was taken although local data exists"))
+    monkeypatch.setattr(
+        hf, "from_hub", lambda name: pytest.fail("the hub fallback was taken although local data exists")
+    )
     calls = []
     _fake_hub(monkeypatch, {}, calls)
     assert registry.dataset_dir("gsm8k").joinpath("SOURCE.md").is_file() and not calls
@@ -138,7 +147,9 @@ def test_a_hub_copy_that_differs_from_source_md_is_refused_and_not_kept(gsm8k_hu
     rows = gsm8k_hub_rows
     rows["test"] = rows["test"][:-1]
     _fake_hub(monkeypatch, rows, [])
-    with pytest.raises(registry.DataChecksumError, match=r"openai/gsm8k \(main\) split 'test' rebuilds gsm8k/test.jsonl"):
+    with pytest.raises(
+        registry.DataChecksumError, match=r"openai/gsm8k \(main\) split 'test' rebuilds gsm8k/test.jsonl"
+    ):
         registry.dataset_dir("gsm8k")
     assert not (no_local_data / "gsm8k").exists() and not list(no_local_data.glob(".gsm8k.tmp-*"))
 
@@ -150,18 +161,27 @@ def test_an_unreachable_hub_is_a_data_missing_error_naming_the_way_out(no_local_
         raise ConnectionError("Couldn't reach 'Salesforce/wikitext' on the Hub")
 
     monkeypatch.setattr(datasets, "load_dataset", unreachable)
-    with pytest.raises(registry.DataMissingError, match=r"wikitext-2' not found locally .*Salesforce/wikitext .*AGENTPOST_DATA"):
+    with pytest.raises(
+        registry.DataMissingError, match=r"wikitext-2' not found locally .*Salesforce/wikitext .*AGENTPOST_DATA"
+    ):
         registry.data_file("wikitext-2", "test.txt")
 
 
 def test_offline_without_local_data_fails_clearly_before_any_download(tmp_path):
     """A fresh process with HF_HUB_OFFLINE=1, no shared data and empty caches: one clear error, nothing fetched."""
     env = {k: v for k, v in os.environ.items() if k not in ("AGENTPOST_DATA",)}
-    env.update(AGENTPOST_ROOT=str(tmp_path / "checkout"), AGENTPOST_CACHE=str(tmp_path / "cache"),
-               HF_HOME=str(tmp_path / "hf"), HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1")
-    code = ("from agentpost.data import gsm8k\n"
-            "from agentpost.data.registry import DataMissingError\n"
-            "try:\n    gsm8k.problems('test')\nexcept DataMissingError as err:\n    print(err)\n")
+    env.update(
+        AGENTPOST_ROOT=str(tmp_path / "checkout"),
+        AGENTPOST_CACHE=str(tmp_path / "cache"),
+        HF_HOME=str(tmp_path / "hf"),
+        HF_HUB_OFFLINE="1",
+        HF_DATASETS_OFFLINE="1",
+    )
+    code = (
+        "from agentpost.data import gsm8k\n"
+        "from agentpost.data.registry import DataMissingError\n"
+        "try:\n    gsm8k.problems('test')\nexcept DataMissingError as err:\n    print(err)\n"
+    )
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     assert "gsm8k' not found locally" in out.stdout and "HF_HUB_OFFLINE is set" in out.stdout

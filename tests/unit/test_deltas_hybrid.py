@@ -10,19 +10,35 @@ import torch
 
 from agentpost.deltas.hybrid import HybridConfig, HybridForCausalLM, load_hybrid
 from agentpost.deltas.retention import make_policy
-from agentpost.deltas.stream import (budget_grid, continuation_nll, read_prefix, repeat_span, repeat_streams,
-                                     stream_budget_rows, stream_prefix)
+from agentpost.deltas.stream import (
+    budget_grid,
+    continuation_nll,
+    read_prefix,
+    repeat_span,
+    repeat_streams,
+    stream_budget_rows,
+    stream_prefix,
+)
 from agentpost.deltas.train_hybrid import Hyper, frequent_tokens, param_groups, repeat_spans, train, unigram_ppl
 
-TINY = dict(vocab_size=50, hidden_size=16, intermediate_size=24, linear_num_heads=2, linear_head_dim=8,
-            num_attention_heads=2, head_dim=8, chunk_size=4,
-            layer_types=["linear_attention", "full_attention", "linear_attention", "full_attention"])
+TINY = dict(
+    vocab_size=50,
+    hidden_size=16,
+    intermediate_size=24,
+    linear_num_heads=2,
+    linear_head_dim=8,
+    num_attention_heads=2,
+    head_dim=8,
+    chunk_size=4,
+    layer_types=["linear_attention", "full_attention", "linear_attention", "full_attention"],
+)
 
 
 def tiny_model(seed=0, key_shift=False):
     torch.manual_seed(seed)
-    model = HybridForCausalLM(HybridConfig(**TINY, key_shift=key_shift,
-                                           partial_rotary_factor=0.5 if key_shift else 1.0)).eval()
+    model = HybridForCausalLM(
+        HybridConfig(**TINY, key_shift=key_shift, partial_rotary_factor=0.5 if key_shift else 1.0)
+    ).eval()
     if key_shift:  # (with partial RoPE, the copy model's layout) an uneven mix per head, so no test passes by symmetry
         for block in model.blocks:
             if block.layer_type == "full_attention":
@@ -153,15 +169,23 @@ def test_training_a_few_steps_lowers_the_loss():
 
 def test_unigram_ppl_hand_example():
     # counts + 1 over vocab 3: token 0 -> 3/6, token 1 -> 2/6, token 2 -> 1/6; ppl of [0, 1] = (1/2 * 1/3)^(-1/2)
-    assert unigram_ppl(np.array([0, 0, 1]), np.array([0, 1]), 3) == pytest.approx(6 ** 0.5)
+    assert unigram_ppl(np.array([0, 0, 1]), np.array([0, 1]), 3) == pytest.approx(6**0.5)
 
 
 def test_budget_evaluator_rows_and_full_budget_matches_the_ceiling():
     model = tiny_model()
     ids = torch.randint(0, 50, (29,))
-    res = stream_budget_rows(model, ids, prefix_tokens=20, chunk_tokens=4, budget_fractions=[0.5, 1.0],
-                             policies=["drift", "recency", "random", "key_norm", "attention"], n_sinks=2, n_recent=4,
-                             eviction="once")
+    res = stream_budget_rows(
+        model,
+        ids,
+        prefix_tokens=20,
+        chunk_tokens=4,
+        budget_fractions=[0.5, 1.0],
+        policies=["drift", "recency", "random", "key_norm", "attention"],
+        n_sinks=2,
+        n_recent=4,
+        eviction="once",
+    )
     nll = {(r["budget_frac"] if r["budget_frac"] == r["budget_frac"] else "ref", r["policy"]): r for r in res["nll"]}
     assert nll[("ref", "full")]["kept"] == 20
     assert nll[("ref", "sinks_recent")]["kept"] == 2 + 4 and nll[("ref", "no_kv")]["kept"] == 0
@@ -189,7 +213,7 @@ def test_streaming_eviction_evicts_whenever_the_cache_exceeds_the_budget():
     state = None
     with torch.no_grad():
         for c0 in range(0, 20, 4):
-            state = model(ids[None, c0:c0 + 4], state=state).state
+            state = model(ids[None, c0 : c0 + 4], state=state).state
             n = state.attention_caches()[0].positions.numel()
             if n > 8:
                 state = state.keep(torch.tensor([0, 1] + list(range(n - 6, n))))
@@ -199,12 +223,29 @@ def test_streaming_eviction_evicts_whenever_the_cache_exceeds_the_budget():
     assert left.positions.tolist() == [0, 1, 14, 15, 16, 17, 18, 19]
     assert got_state.attention_caches()[0].positions.tolist() == left.positions.tolist()
     torch.testing.assert_close(continuation_nll(model, got_state, ids[20:]), by_hand, rtol=0, atol=1e-6)
-    res = stream_budget_rows(model, ids, prefix_tokens=20, chunk_tokens=4, budget_fractions=[0.4, 1.0],
-                             policies=["recency", "drift", "random", "attention"], n_sinks=2, n_recent=4)
+    res = stream_budget_rows(
+        model,
+        ids,
+        prefix_tokens=20,
+        chunk_tokens=4,
+        budget_fractions=[0.4, 1.0],
+        policies=["recency", "drift", "random", "attention"],
+        n_sinks=2,
+        n_recent=4,
+    )
     nll = {(r["budget_frac"], r["policy"]): r for r in res["nll"]}
     assert nll[(0.4, "recency")]["nll"] == pytest.approx(float(by_hand.mean()), abs=1e-6)
-    once = stream_budget_rows(model, ids, prefix_tokens=20, chunk_tokens=4, budget_fractions=[0.4],
-                              policies=["recency"], n_sinks=2, n_recent=4, eviction="once")
+    once = stream_budget_rows(
+        model,
+        ids,
+        prefix_tokens=20,
+        chunk_tokens=4,
+        budget_fractions=[0.4],
+        policies=["recency"],
+        n_sinks=2,
+        n_recent=4,
+        eviction="once",
+    )
     once = {(r["budget_frac"], r["policy"]): r["nll"] for r in once["nll"]}
     assert abs(once[(0.4, "recency")] - nll[(0.4, "recency")]["nll"]) > 1e-4  # evicting early changes later chunks
     full = [r["nll"] for r in res["nll"] if r["policy"] == "full"][0]
@@ -237,8 +278,12 @@ def test_chunk_drift_is_the_mean_relative_state_change():
     with torch.no_grad():
         s4 = model(ids[None, :4]).state
         s8 = model(ids[None, 4:8], state=s4).state
-    by_hand = np.mean([float(((b.S - a.S).norm(dim=(-2, -1)) / (a.S.norm(dim=(-2, -1)) + 1e-6)).mean())
-                       for a, b in zip([l for l in s4.layers if hasattr(l, "S")], [l for l in s8.layers if hasattr(l, "S")])])
+    by_hand = np.mean(
+        [
+            float(((b.S - a.S).norm(dim=(-2, -1)) / (a.S.norm(dim=(-2, -1)) + 1e-6)).mean())
+            for a, b in zip([l for l in s4.layers if hasattr(l, "S")], [l for l in s8.layers if hasattr(l, "S")])
+        ]
+    )
     assert float(record.chunk_drift[1]) == pytest.approx(by_hand, rel=1e-5)
     assert torch.equal(record.entries.drift, record.chunk_drift[torch.arange(12) // 4])
 
@@ -252,18 +297,31 @@ def test_drift_readings_write_term_and_aggregations_by_hand():
     lin4 = [l for l in s4.layers if hasattr(l, "S")]
     lin8 = [l for l in s8.layers if hasattr(l, "S")]
     # write term only: S_after - e^{G_C} S_before, G_C the chunk's summed log-decay per head (spec ambiguity 3)
-    write = torch.stack([((b.S - b.log_decay.exp()[..., None, None] * a.S).norm(dim=(-2, -1))
-                          / (a.S.norm(dim=(-2, -1)) + 1e-6))[0] for a, b in zip(lin4, lin8)])  # [L, H]
-    raw = torch.stack([((b.S - a.S).norm(dim=(-2, -1)) / (a.S.norm(dim=(-2, -1)) + 1e-6))[0]
-                       for a, b in zip(lin4, lin8)])
-    cases = {("write", "mean", "mean"): write.mean(), ("raw", "max", "mean"): raw.mean(1).max(),
-             ("raw", "mean", "max"): raw.max(1).values.mean(), ("write", "max", "max"): write.max()}
+    write = torch.stack(
+        [
+            ((b.S - b.log_decay.exp()[..., None, None] * a.S).norm(dim=(-2, -1)) / (a.S.norm(dim=(-2, -1)) + 1e-6))[0]
+            for a, b in zip(lin4, lin8)
+        ]
+    )  # [L, H]
+    raw = torch.stack(
+        [((b.S - a.S).norm(dim=(-2, -1)) / (a.S.norm(dim=(-2, -1)) + 1e-6))[0] for a, b in zip(lin4, lin8)]
+    )
+    cases = {
+        ("write", "mean", "mean"): write.mean(),
+        ("raw", "max", "mean"): raw.mean(1).max(),
+        ("raw", "mean", "max"): raw.max(1).values.mean(),
+        ("write", "max", "max"): write.max(),
+    }
     for (source, layer_agg, head_agg), want in cases.items():
         rec = read_prefix(model, ids, chunk_tokens=4, drift_source=source, layer_agg=layer_agg, head_agg=head_agg)
         assert float(rec.chunk_drift[1]) == pytest.approx(float(want), rel=1e-5), (source, layer_agg, head_agg)
     # decay share: the part of the raw change that is forgetting alone, ||(e^G - 1) S_before|| / ||S_after - S_before||
-    share = torch.stack([((b.log_decay.exp()[..., None, None] - 1) * a.S).norm(dim=(-2, -1))[0]
-                         / (b.S - a.S).norm(dim=(-2, -1))[0] for a, b in zip(lin4, lin8)])
+    share = torch.stack(
+        [
+            ((b.log_decay.exp()[..., None, None] - 1) * a.S).norm(dim=(-2, -1))[0] / (b.S - a.S).norm(dim=(-2, -1))[0]
+            for a, b in zip(lin4, lin8)
+        ]
+    )
     torch.testing.assert_close(read_prefix(model, ids, chunk_tokens=4).decay_share[1], share, rtol=1e-5, atol=1e-6)
     with pytest.raises(ValueError, match="drift_source"):
         read_prefix(model, ids, chunk_tokens=4, drift_source="gate")
@@ -281,7 +339,7 @@ def test_write_term_drift_of_a_stored_pair_under_decay_by_hand():
     S_new = 0.5 * S + 0.25 * torch.outer(k, v)[None, None]
     g = torch.full((1, 1), float(np.log(0.5)))
     got = state_drift(S, S_new, drift_source="write", log_decay=g)
-    assert float(got) == pytest.approx(0.25 * 5.25 ** 0.5 / (8.25 ** 0.5 + 1e-6), rel=1e-6)
+    assert float(got) == pytest.approx(0.25 * 5.25**0.5 / (8.25**0.5 + 1e-6), rel=1e-6)
     assert float(state_drift(S, S_new)) > float(got)  # raw drift also counts the decay
     with pytest.raises(ValueError, match="log_decay"):
         state_drift(S, S_new, drift_source="write")
@@ -290,11 +348,35 @@ def test_write_term_drift_of_a_stored_pair_under_decay_by_hand():
 def test_budget_grid_frames_and_bad_input():
     model = tiny_model()
     ids = torch.randint(0, 50, (200,))
-    grid = budget_grid(model, ids, 1, n_streams=2, prefix_tokens=12, continuation_tokens=4, chunk_tokens=4,
-                       budget_fractions=[0.5], policies=["drift", "attention"], n_sinks=1, n_recent=2, progress=False)
+    grid = budget_grid(
+        model,
+        ids,
+        1,
+        n_streams=2,
+        prefix_tokens=12,
+        continuation_tokens=4,
+        chunk_tokens=4,
+        budget_fractions=[0.5],
+        policies=["drift", "attention"],
+        n_sinks=1,
+        n_recent=2,
+        progress=False,
+    )
     assert set(grid["nll"].stream) == {0, 1} and len(grid["nll"]) == 2 * (3 + 2)
-    other = budget_grid(model, ids, 2, n_streams=2, prefix_tokens=12, continuation_tokens=4, chunk_tokens=4,
-                        budget_fractions=[0.5], policies=["drift", "attention"], n_sinks=1, n_recent=2, progress=False)
+    other = budget_grid(
+        model,
+        ids,
+        2,
+        n_streams=2,
+        prefix_tokens=12,
+        continuation_tokens=4,
+        chunk_tokens=4,
+        budget_fractions=[0.5],
+        policies=["drift", "attention"],
+        n_sinks=1,
+        n_recent=2,
+        progress=False,
+    )
     assert grid["nll"].nll.tolist() != other["nll"].nll.tolist()  # another seed draws other streams
     from agentpost.deltas.diagnostic import gap_recovered, headroom
 
@@ -317,8 +399,20 @@ def test_budget_grid_frames_and_bad_input():
     no_gap = nll.assign(nll=[v if p != "sinks_recent" else -1.0 for p, v in zip(nll.policy, nll.nll)])
     assert diag_gap(no_gap).drift.isna().all()
     with pytest.raises(ValueError, match="leaves nothing to choose"):
-        budget_grid(model, ids, 1, n_streams=1, prefix_tokens=12, continuation_tokens=4, chunk_tokens=4,
-                    budget_fractions=[0.25], policies=["drift"], n_sinks=1, n_recent=2, progress=False)
+        budget_grid(
+            model,
+            ids,
+            1,
+            n_streams=1,
+            prefix_tokens=12,
+            continuation_tokens=4,
+            chunk_tokens=4,
+            budget_fractions=[0.25],
+            policies=["drift"],
+            n_sinks=1,
+            n_recent=2,
+            progress=False,
+        )
     with pytest.raises(ValueError, match="prefix_tokens"):
         stream_budget_rows(model, ids[:5], 12, 4, [0.5], ["drift"], n_sinks=1, n_recent=2)
 
@@ -328,7 +422,7 @@ def test_first_chunk_from_the_zero_state_scores_its_state_norm_over_eps():
     ids = torch.randint(0, 50, (8,))
     with torch.no_grad():
         after = [l.S for l in model(ids[None, :4]).state.layers if hasattr(l, "S")]
-    for eps in (1e-6, 0.5):   # the spec default (ambiguity 1) and a large one
+    for eps in (1e-6, 0.5):  # the spec default (ambiguity 1) and a large one
         record = read_prefix(model, ids, chunk_tokens=4, eps=eps)
         by_hand = np.mean([float((S.norm(dim=(-2, -1)) / eps).mean()) for S in after])
         assert float(record.chunk_drift[0]) == pytest.approx(by_hand, rel=1e-5)
@@ -338,32 +432,32 @@ def test_repeat_span_by_hand_and_bad_spans():
     tokens = torch.arange(10)
     assert repeat_span(tokens, 1, 5, 3).tolist() == [0, 1, 2, 3, 4, 1, 2, 3, 8, 9]
     with pytest.raises(ValueError, match="src"):
-        repeat_span(tokens, 1, 2, 3)                                  # source and repeat overlap
+        repeat_span(tokens, 1, 2, 3)  # source and repeat overlap
     with pytest.raises(ValueError, match="src"):
-        repeat_span(tokens, 0, 8, 3)                                  # the repeat runs past the end
+        repeat_span(tokens, 0, 8, 3)  # the repeat runs past the end
 
 
 def test_repeat_streams_copy_a_middle_span_into_the_continuation():
-    windows = [torch.arange(100, 140), torch.arange(200, 240)]        # prefix 30, continuation 10
+    windows = [torch.arange(100, 140), torch.arange(200, 240)]  # prefix 30, continuation 10
     out = repeat_streams(windows, 30, n_sinks=2, n_recent=4, seed=3)
     for w, o in zip(windows, out):
         assert torch.equal(o[:30], w[:30])
         s = int(o[30]) - int(w[0])
-        assert 2 <= s <= 30 - 4 - 10 and torch.equal(o[30:], w[s:s + 10])
+        assert 2 <= s <= 30 - 4 - 10 and torch.equal(o[30:], w[s : s + 10])
     assert [o.tolist() for o in repeat_streams(windows, 30, 2, 4, 3)] == [o.tolist() for o in out]
     with pytest.raises(ValueError, match="does not fit"):
         repeat_streams(windows, 30, n_sinks=2, n_recent=20, seed=3)
 
 
 def test_synthetic_repeat_streams_overwrite_the_span_from_the_pool_then_repeat_it():
-    windows = [torch.arange(100, 140), torch.arange(200, 240)]        # prefix 30, continuation 10
+    windows = [torch.arange(100, 140), torch.arange(200, 240)]  # prefix 30, continuation 10
     real = repeat_streams(windows, 30, n_sinks=2, n_recent=4, seed=3)
     out = repeat_streams(windows, 30, n_sinks=2, n_recent=4, seed=3, pool=torch.tensor([1, 2, 3]))
     for w, r, o in zip(windows, real, out):
-        s = int(r[30]) - int(w[0])                                    # the same span as without the pool
-        assert set(o[s:s + 10].tolist()) <= {1, 2, 3} and torch.equal(o[30:], o[s:s + 10])
-        assert torch.equal(o[:s], w[:s]) and torch.equal(o[s + 10:30], w[s + 10:30])
-    assert torch.equal(windows[0], torch.arange(100, 140))           # the caller's windows untouched
+        s = int(r[30]) - int(w[0])  # the same span as without the pool
+        assert set(o[s : s + 10].tolist()) <= {1, 2, 3} and torch.equal(o[30:], o[s : s + 10])
+        assert torch.equal(o[:s], w[:s]) and torch.equal(o[s + 10 : 30], w[s + 10 : 30])
+    assert torch.equal(windows[0], torch.arange(100, 140))  # the caller's windows untouched
     with pytest.raises(ValueError, match="empty"):
         repeat_streams(windows, 30, 2, 4, 3, pool=torch.tensor([], dtype=torch.long))
 
@@ -374,8 +468,8 @@ def test_training_repeats_put_the_copy_a_gap_or_more_after_its_source():
     assert len(spans) == 4
     for i, s, d, L in spans:
         assert 5 <= L <= 20 and d >= s + L + 30 and d + L <= 100
-        assert torch.equal(out[i, d:d + L], windows[i, s:s + L])
-        assert torch.equal(out[i, :d], windows[i, :d]) and torch.equal(out[i, d + L:], windows[i, d + L:])
+        assert torch.equal(out[i, d : d + L], windows[i, s : s + L])
+        assert torch.equal(out[i, :d], windows[i, :d]) and torch.equal(out[i, d + L :], windows[i, d + L :])
     _, none = repeat_spans(windows, np.random.default_rng(0), 0.0, 5, 20, 30)
     assert none == []
     off, _ = repeat_spans(windows, np.random.default_rng(0), 1.0, 5, 20, 30, random_prob=0.0, random_pool=np.array([3]))
@@ -390,9 +484,9 @@ def test_synthetic_repeats_draw_the_source_from_the_pool_and_copy_it():
     out, spans = repeat_spans(windows, np.random.default_rng(0), 1.0, 5, 20, 30, random_prob=1.0, random_pool=pool)
     assert len(spans) == 4
     for i, s, d, L in spans:
-        assert set(out[i, s:s + L].tolist()) <= {3, 7, 11}
-        assert torch.equal(out[i, d:d + L], out[i, s:s + L])
-        assert torch.equal(out[i, :s], windows[i, :s]) and torch.equal(out[i, s + L:d], windows[i, s + L:d])
+        assert set(out[i, s : s + L].tolist()) <= {3, 7, 11}
+        assert torch.equal(out[i, d : d + L], out[i, s : s + L])
+        assert torch.equal(out[i, :s], windows[i, :s]) and torch.equal(out[i, s + L : d], windows[i, s + L : d])
     with pytest.raises(ValueError, match="random_pool"):
         repeat_spans(windows, np.random.default_rng(0), 1.0, 5, 20, 30, random_prob=0.5)
     with pytest.raises(ValueError, match="repeat_random_prob"):
@@ -406,19 +500,28 @@ def test_frequent_tokens_by_count_then_id():
 def test_budget_grid_repeat_task_scores_a_repeated_prefix_span():
     model = tiny_model()
     ids = torch.randint(0, 50, (200,))
-    kw = dict(n_streams=2, prefix_tokens=16, continuation_tokens=4, chunk_tokens=4, budget_fractions=[0.5],
-              policies=["drift"], n_sinks=1, n_recent=2, progress=False)
+    kw = dict(
+        n_streams=2,
+        prefix_tokens=16,
+        continuation_tokens=4,
+        chunk_tokens=4,
+        budget_fractions=[0.5],
+        policies=["drift"],
+        n_sinks=1,
+        n_recent=2,
+        progress=False,
+    )
     grid = budget_grid(model, ids, 1, task="repeat", **kw)
     for w in grid["windows"]:
         cont = w[16:].tolist()
-        assert any(w[s:s + 5].tolist() == cont for s in range(1, 16 - 2 - 5 + 1))
+        assert any(w[s : s + 5].tolist() == cont for s in range(1, 16 - 2 - 5 + 1))
     with pytest.raises(ValueError, match="task"):
         budget_grid(model, ids, 1, task="copy", **kw)
     with pytest.raises(ValueError, match="synthetic_pool"):
         budget_grid(model, ids, 1, task="repeat_synthetic", **kw)
     synthetic = budget_grid(model, ids % 45, 1, task="repeat_synthetic", synthetic_pool=torch.tensor([47, 48]), **kw)
     for w in synthetic["windows"]:
-        assert set(w[16:].tolist()) <= {47, 48}                       # ids outside the stream's 0..44: the copied span
+        assert set(w[16:].tolist()) <= {47, 48}  # ids outside the stream's 0..44: the copied span
 
 
 def test_fine_tuning_with_repeats_keeps_provenance_and_scores_the_repeats(tmp_path):
@@ -427,8 +530,18 @@ def test_fine_tuning_with_repeats_keeps_provenance_and_scores_the_repeats(tmp_pa
     (tmp_path / "receipt.json").write_text('{"artifact": "the starting point"}')
     stream = np.random.default_rng(0).integers(0, 50, 600)
     wiki = {"train": stream, "validation": stream[:300], "test": stream[:300]}
-    hp = Hyper(steps=2, batch=2, seq_len=40, eval_len=32, log_every=100, repeat_prob=1.0, repeat_min_len=4,
-               repeat_max_len=8, repeat_min_gap=10, init_from=str(tmp_path))
+    hp = Hyper(
+        steps=2,
+        batch=2,
+        seq_len=40,
+        eval_len=32,
+        log_every=100,
+        repeat_prob=1.0,
+        repeat_min_len=4,
+        repeat_max_len=8,
+        repeat_min_gap=10,
+        init_from=str(tmp_path),
+    )
     tuned, receipt = train(hp, wiki=wiki, log=lambda *_: None)
     assert receipt["init_from_receipt"] == {"artifact": "the starting point"}
     assert "fine-tuned" in receipt["artifact"] and tuned.config.hidden_size == TINY["hidden_size"]
@@ -444,8 +557,12 @@ def test_param_groups_decay_matrices_only():
     names = {id(p): n for n, p in model.named_parameters()}
     assert all(p.dim() >= 2 for p in decayed["params"]) and all(p.dim() < 2 for p in kept["params"])
     kept_names = {names[id(p)] for p in kept["params"]}
-    assert {"blocks.1.mixer.q_norm.weight", "blocks.1.mixer.k_norm.weight", "blocks.0.mixer.A_log",
-            "blocks.0.mixer.dt_bias"} <= kept_names
+    assert {
+        "blocks.1.mixer.q_norm.weight",
+        "blocks.1.mixer.k_norm.weight",
+        "blocks.0.mixer.A_log",
+        "blocks.0.mixer.dt_bias",
+    } <= kept_names
     assert len(decayed["params"]) + len(kept["params"]) == len(list(model.parameters()))
 
 
@@ -454,8 +571,18 @@ def test_training_logs_the_repeat_curve_and_main_records_a_portable_command(tmp_
 
     stream = np.random.default_rng(0).integers(0, 50, 600)
     wiki = {"train": stream, "validation": stream[:300], "test": stream[:300]}
-    hp = Hyper(steps=4, batch=2, seq_len=40, eval_len=32, log_every=100, repeat_prob=1.0, repeat_min_len=4,
-               repeat_max_len=8, repeat_min_gap=10, eval_every=2)
+    hp = Hyper(
+        steps=4,
+        batch=2,
+        seq_len=40,
+        eval_len=32,
+        log_every=100,
+        repeat_prob=1.0,
+        repeat_min_len=4,
+        repeat_max_len=8,
+        repeat_min_gap=10,
+        eval_every=2,
+    )
     lines = []
     _, receipt = train(hp, HybridConfig(**TINY), wiki=wiki, log=lines.append)
     curve = receipt["evaluation"]["validation_repeat_during_training"]
@@ -487,17 +614,43 @@ def test_training_with_synthetic_spans_logs_both_repeat_readings(tmp_path, monke
 
     stream = np.random.default_rng(0).integers(0, 50, 600)
     wiki = {"train": stream, "validation": stream[:300], "test": stream[:300]}
-    hp = Hyper(steps=2, batch=2, seq_len=40, eval_len=32, log_every=100, repeat_prob=1.0, repeat_min_len=4,
-               repeat_max_len=8, repeat_min_gap=10, repeat_random_prob=0.5, repeat_random_vocab=5, eval_every=2)
+    hp = Hyper(
+        steps=2,
+        batch=2,
+        seq_len=40,
+        eval_len=32,
+        log_every=100,
+        repeat_prob=1.0,
+        repeat_min_len=4,
+        repeat_max_len=8,
+        repeat_min_gap=10,
+        repeat_random_prob=0.5,
+        repeat_random_vocab=5,
+        eval_every=2,
+    )
     lines = []
     _, receipt = train(hp, HybridConfig(**TINY), wiki=wiki, log=lines.append)
     assert {"synthetic_source_nll", "synthetic_repeat_nll"} <= set(receipt["evaluation"]["validation_repeat"])
     assert any("synthetic" in line for line in lines if "validation repeat NLL" in line)
     seen = {}
-    monkeypatch.setattr(train_hybrid, "train", lambda hp, config: (seen.setdefault("config", config) and tiny_model(),
-                                                                   {"hyperparameters": {}}))
-    train_hybrid.main(["--steps", "1", "--out", str(tmp_path / "m"), "--head-dim", "8", "--partial-rotary-factor",
-                       "0.25", "--key-shift"])
+    monkeypatch.setattr(
+        train_hybrid,
+        "train",
+        lambda hp, config: (seen.setdefault("config", config) and tiny_model(), {"hyperparameters": {}}),
+    )
+    train_hybrid.main(
+        [
+            "--steps",
+            "1",
+            "--out",
+            str(tmp_path / "m"),
+            "--head-dim",
+            "8",
+            "--partial-rotary-factor",
+            "0.25",
+            "--key-shift",
+        ]
+    )
     assert seen["config"].partial_rotary_factor == 0.25 and seen["config"].key_shift is True
 
 
@@ -509,8 +662,8 @@ def test_periodic_sequences_repeat_with_their_own_period_after_a_lead():
     assert x.shape == (16, 40) and set(x.flatten().tolist()) <= set(pool.tolist())
     for row, (lead, period) in zip(x, shapes):
         assert 0 <= lead <= 8 and 4 <= period <= 12
-        assert torch.equal(row[lead + period:], row[lead:40 - period])  # x_j = x_{j - P} from lead + P on
-    assert len({period for _, period in shapes}) > 1                    # no single offset predicts every sequence
+        assert torch.equal(row[lead + period :], row[lead : 40 - period])  # x_j = x_{j - P} from lead + P on
+    assert len({period for _, period in shapes}) > 1  # no single offset predicts every sequence
     with pytest.raises(ValueError, match="copy_period_min <= copy_period_max <= copy_seq_len / 2"):
         Hyper(copy_steps=1, copy_seq_len=16, copy_period_min=4, copy_period_max=9)
 
@@ -536,8 +689,8 @@ def test_periodic_copy_nll_scores_only_the_targets_a_copy_can_predict():
     x, shapes = periodic_sequences(np.random.default_rng(1), np.arange(20), 4, 32, 4, 8)
     copyable = torch.zeros(x.shape, dtype=torch.bool)
     for i, (lead, period) in enumerate(shapes):
-        copyable[i, lead + period:] = True                     # target j + 1 repeats x_{j + 1 - P}, found via x_j
-    assert periodic_copy_nll(_Oracle(x, copyable, 20), x, shapes) < 1e-6       # right where a copy is possible
+        copyable[i, lead + period :] = True  # target j + 1 repeats x_{j + 1 - P}, found via x_j
+    assert periodic_copy_nll(_Oracle(x, copyable, 20), x, shapes) < 1e-6  # right where a copy is possible
     assert periodic_copy_nll(_Oracle(x, ~copyable, 20), x, shapes) == pytest.approx(math.log(20), abs=1e-6)
 
 
@@ -549,8 +702,20 @@ def test_copy_curriculum_runs_before_the_text_and_is_recorded(monkeypatch):
     monkeypatch.setattr(train_hybrid, "periodic_sequences", lambda *a: calls.append(a[2]) or real(*a))
     stream = np.random.default_rng(0).integers(0, 50, 600)
     wiki = {"train": stream, "validation": stream[:300], "test": stream[:300]}
-    hp = Hyper(steps=2, batch=2, seq_len=40, eval_len=32, log_every=2, copy_steps=4, copy_batch=3, copy_seq_len=16,
-               copy_period_min=3, copy_period_max=6, repeat_random_vocab=10, copy_every=1)
+    hp = Hyper(
+        steps=2,
+        batch=2,
+        seq_len=40,
+        eval_len=32,
+        log_every=2,
+        copy_steps=4,
+        copy_batch=3,
+        copy_seq_len=16,
+        copy_period_min=3,
+        copy_period_max=6,
+        repeat_random_vocab=10,
+        copy_every=1,
+    )
     lines = []
     _, receipt = train(hp, HybridConfig(**TINY), wiki=wiki, log=lines.append)
     curve = receipt["evaluation"]["periodic_copy_during_curriculum"]

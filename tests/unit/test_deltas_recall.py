@@ -37,8 +37,13 @@ def test_stream_is_deterministic_under_its_seed_and_changes_with_it():
 
 
 def test_grid_and_per_item_outcomes():
-    grid = recall_grid(SPEC, seeds=[0, 1, 2], budget_fractions=[0.5], policies=["drift", "recency", "random",
-                                                                              "key_norm"], progress=False)
+    grid = recall_grid(
+        SPEC,
+        seeds=[0, 1, 2],
+        budget_fractions=[0.5],
+        policies=["drift", "recency", "random", "key_norm"],
+        progress=False,
+    )
     assert len(grid) == 3 * 1 * 4 * SPEC.n_facts
     out = per_item(grid, "recalled", ["seed", "fact"])
     assert set(out) == {"drift", "recency", "random", "key_norm"}

@@ -19,16 +19,16 @@ def test_drift_keeps_sinks_recent_and_the_high_drift_chunks_globally():
     # 8 chunks x 2 tokens = 16 entries; sinks 2 (chunk 0), recent 2 (chunk 7); budget 8 leaves a quota of 4.
     e = _entries([0.0, 0.1, 0.9, 0.2, 0.8, 0.05, 0.3, 0.0])
     keep = DriftRetention(n_sinks=2, n_recent=2, retention="global").keep(e, 8)
-    assert keep.tolist() == [0, 1, 4, 5, 8, 9, 14, 15]            # chunks 0 | 2 (0.9), 4 (0.8) | 7
+    assert keep.tolist() == [0, 1, 4, 5, 8, 9, 14, 15]  # chunks 0 | 2 (0.9), 4 (0.8) | 7
 
 
 def test_buckets_spread_the_quota_over_time_then_top_up():
     # middle chunks 1..6 in 2 buckets: {1,2,3} and {4,5,6}; quota 4 -> 2 per bucket (one chunk each).
     e = _entries([0.0, 0.9, 0.8, 0.7, 0.1, 0.05, 0.2, 0.0])
     keep = DriftRetention(n_sinks=2, n_recent=2, buckets=2).keep(e, 8)
-    assert keep.tolist() == [0, 1, 2, 3, 12, 13, 14, 15]          # bucket 1 -> chunk 1, bucket 2 -> chunk 6
+    assert keep.tolist() == [0, 1, 2, 3, 12, 13, 14, 15]  # bucket 1 -> chunk 1, bucket 2 -> chunk 6
     glob = DriftRetention(n_sinks=2, n_recent=2, retention="global").keep(e, 8)
-    assert glob.tolist() == [0, 1, 2, 3, 4, 5, 14, 15]             # global top-4: chunks 1 and 2
+    assert glob.tolist() == [0, 1, 2, 3, 4, 5, 14, 15]  # global top-4: chunks 1 and 2
 
 
 def test_the_quota_left_after_equal_bucket_shares_goes_to_the_global_top():
@@ -47,7 +47,7 @@ def test_kept_count_equals_budget_and_positions_survive_repeated_eviction():
     kept = e.take(first)
     second = policy.keep(kept, 9)
     assert second.numel() == 9
-    assert set(kept.positions[second].tolist()) <= set(first.tolist())   # original positions, never renumbered
+    assert set(kept.positions[second].tolist()) <= set(first.tolist())  # original positions, never renumbered
     assert {0, 1, 2, 27, 28, 29} <= set(kept.positions[second].tolist())
 
 
@@ -80,5 +80,6 @@ def test_entries_extend_appends_a_chunks_arrivals():
     assert both.positions.tolist() == [0, 1, 2, 3, 4] and both.chunk_ids.tolist() == [0, 0, 0, 1, 1]
     assert both.drift.tolist() == [1, 1, 1, 2, 2] and both.key_norm.tolist() == [1, 1, 1, 0, 0]
     with pytest.raises(ValueError, match="attention"):
-        CacheEntries(torch.arange(1), torch.zeros(1, dtype=torch.long), torch.ones(1), torch.ones(1),
-                     attention=torch.ones(1)).extend(b)
+        CacheEntries(
+            torch.arange(1), torch.zeros(1, dtype=torch.long), torch.ones(1), torch.ones(1), attention=torch.ones(1)
+        ).extend(b)

@@ -13,8 +13,13 @@ from agentpost.deltas.rule import chunk_gated_delta, recurrent_gated_delta, stat
 def _one_token(k, v, alpha, beta):
     """[1, 1, 1, d] inputs for a single token on one head."""
     d = k.numel()
-    return (torch.zeros(1, 1, 1, d), k.view(1, 1, 1, -1), v.view(1, 1, 1, -1),
-            torch.full((1, 1, 1), math.log(alpha)), torch.full((1, 1, 1), beta))
+    return (
+        torch.zeros(1, 1, 1, d),
+        k.view(1, 1, 1, -1),
+        v.view(1, 1, 1, -1),
+        torch.full((1, 1, 1), math.log(alpha)),
+        torch.full((1, 1, 1), beta),
+    )
 
 
 def _stored_state(k, v):
@@ -64,16 +69,19 @@ def test_decay_alone_produces_drift_documenting_ambiguity_3():
 def test_write_term_drift_over_a_two_token_chunk_by_hand():
     k1, k2 = torch.tensor([1.0, 0.0, 0.0]), torch.tensor([0.0, 1.0, 0.0])
     v = torch.tensor([0.5, -2.0, 1.0])
-    S0 = _stored_state(k1, v)                                        # k1 -> v, k2 -> ones; ||S0||^2 = 5.25 + 3
-    inputs = [torch.cat(pair, dim=1) for pair in zip(_one_token(k1, v, 0.5, 0.5), _one_token(k2, torch.ones(3), 0.5, 1.0))]
-    _, S2, drift = recurrent_gated_delta(*inputs, initial_state=S0, chunk_size=2, drift_source="write",
-                                         dtype=torch.float64)
+    S0 = _stored_state(k1, v)  # k1 -> v, k2 -> ones; ||S0||^2 = 5.25 + 3
+    inputs = [
+        torch.cat(pair, dim=1) for pair in zip(_one_token(k1, v, 0.5, 0.5), _one_token(k2, torch.ones(3), 0.5, 1.0))
+    ]
+    _, S2, drift = recurrent_gated_delta(
+        *inputs, initial_state=S0, chunk_size=2, drift_source="write", dtype=torch.float64
+    )
     # token 1 (stored pair): S1 = 0.5 S0 + 0.5 (1 - 0.5) k1 v^T; token 2: S1^T k2 = 0.5 ones, decayed 0.25 ones, so
     # S2 = 0.25 S0 + 0.125 k1 v^T + 0.75 k2 ones^T. Write term: S2 - e^{G_C} S0 with e^{G_C} = 0.25
     write = 0.125 * torch.outer(k1, v) + 0.75 * torch.outer(k2, torch.ones(3))
     torch.testing.assert_close(S2[0, 0] - 0.25 * S0[0, 0].double(), write.double())
-    want = math.sqrt(0.125 ** 2 * 5.25 + 0.75 ** 2 * 3) / (math.sqrt(8.25) + 1e-6)
-    assert drift.item() == pytest.approx(want, rel=1e-6)             # g = log 0.5 is rounded to fp32
+    want = math.sqrt(0.125**2 * 5.25 + 0.75**2 * 3) / (math.sqrt(8.25) + 1e-6)
+    assert drift.item() == pytest.approx(want, rel=1e-6)  # g = log 0.5 is rounded to fp32
     _, _, d_chunked = chunk_gated_delta(*inputs, initial_state=S0, chunk_size=2, drift_source="write")
     assert d_chunked.item() == pytest.approx(want, rel=1e-5)
 
@@ -92,7 +100,7 @@ def _random_inputs(B, T, H, dk, dv, seed=0):
     q = torch.randn(B, T, H, dk, generator=gen)
     k = torch.nn.functional.normalize(torch.randn(B, T, H, dk, generator=gen), dim=-1)
     v = torch.randn(B, T, H, dv, generator=gen)
-    g = -torch.rand(B, T, H, generator=gen) * 0.3                    # alpha in (0.74, 1]
+    g = -torch.rand(B, T, H, generator=gen) * 0.3  # alpha in (0.74, 1]
     beta = torch.rand(B, T, H, generator=gen)
     return q, k, v, g, beta
 
@@ -113,8 +121,9 @@ def test_recurrent_matches_transformers_qwen3_5_reference():
     q, k, v, g, beta = _random_inputs(1, 29, 2, 16, 8, seed=3)
     S0 = torch.randn(1, 2, 16, 8) * 0.2
     ours_o, ours_s, _ = recurrent_gated_delta(q, k, v, g, beta, initial_state=S0)
-    ref_o, ref_s = torch_recurrent_gated_delta_rule(q, k, v, g=g, beta=beta, initial_state=S0.clone(),
-                                                     output_final_state=True, use_qk_l2norm_in_kernel=False)
+    ref_o, ref_s = torch_recurrent_gated_delta_rule(
+        q, k, v, g=g, beta=beta, initial_state=S0.clone(), output_final_state=True, use_qk_l2norm_in_kernel=False
+    )
     torch.testing.assert_close(ours_o, ref_o, rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(ours_s, ref_s, rtol=1e-5, atol=1e-6)
 

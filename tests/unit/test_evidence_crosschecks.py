@@ -26,22 +26,32 @@ def _nb(cells: list[tuple[str, str, float]], start="2026-01-01T00:00:00+00:00", 
 
 
 def test_cell_timings_must_fit_the_run():
-    ok = _nb([("2026-01-01T00:00:01+00:00", "2026-01-01T00:00:11+00:00", 10.0),
-              ("2026-01-01T00:00:11+00:00", "2026-01-01T00:00:51+00:00", 40.0)])
+    ok = _nb(
+        [
+            ("2026-01-01T00:00:01+00:00", "2026-01-01T00:00:11+00:00", 10.0),
+            ("2026-01-01T00:00:11+00:00", "2026-01-01T00:00:51+00:00", 40.0),
+        ]
+    )
     assert _problems(_check_cell_timing, ok, ok.metadata["papermill"]) == []
     old = _nb([("2019-01-01T00:00:01+00:00", "2019-01-01T00:00:11+00:00", 10.0)])
     assert _problems(_check_cell_timing, old, old.metadata["papermill"])[0][0] == "notebook.cells[0].timing"
     long = _nb([("2026-01-01T00:00:01+00:00", "2026-01-01T00:00:11+00:00", 99_999.0)])
     assert "duration 99999.0 s" in _problems(_check_cell_timing, long, long.metadata["papermill"])[0][1]
-    overlap = _nb([("2026-01-01T00:00:01+00:00", "2026-01-01T00:00:41+00:00", 40.0),
-                   ("2026-01-01T00:00:05+00:00", "2026-01-01T00:00:45+00:00", 40.0)])
+    overlap = _nb(
+        [
+            ("2026-01-01T00:00:01+00:00", "2026-01-01T00:00:41+00:00", 40.0),
+            ("2026-01-01T00:00:05+00:00", "2026-01-01T00:00:45+00:00", 40.0),
+        ]
+    )
     assert _problems(_check_cell_timing, overlap, overlap.metadata["papermill"])[0][0] == "notebook.cells[1].timing"
 
 
 def test_a_run_executed_from_another_chapters_notebook_never_counts():
     nb = _nb([])
     receipt = {"chapter": "paired-protocol", "hashes": {"source_notebook": "not a real hash"}}
-    assert _problems(_check_chapter, receipt, nb) == [("chapter", "papermill executed 'kite.ipynb', not paired-protocol.ipynb")]
+    assert _problems(_check_chapter, receipt, nb) == [
+        ("chapter", "papermill executed 'kite.ipynb', not paired-protocol.ipynb")
+    ]
 
 
 def test_seeds_with_identical_metrics_are_copies():
@@ -52,9 +62,20 @@ def test_seeds_with_identical_metrics_are_copies():
     assert copied_seeds(runs) == [[42, 43]]
     runs[1]["metrics"]["acc"] = 0.7
     assert copied_seeds(runs) == []
-    copies = [{"seed": s, "metrics": {"acc": 0.5}, "device": {}, "packages": {}, "kind": "profile", "status": "ok",
-               "hashes": {"source_notebook": "s", "parameters": "p", "code_tree": "c", "data": {}},
-               "chapter": "kite", "profile": "a100"} for s in (1, 2, 3)]
+    copies = [
+        {
+            "seed": s,
+            "metrics": {"acc": 0.5},
+            "device": {},
+            "packages": {},
+            "kind": "profile",
+            "status": "ok",
+            "hashes": {"source_notebook": "s", "parameters": "p", "code_tree": "c", "data": {}},
+            "chapter": "kite",
+            "profile": "a100",
+        }
+        for s in (1, 2, 3)
+    ]
     assert any("identical metrics" in reason for reason in gpu_evidence_problems(copies))
 
 
@@ -72,13 +93,19 @@ def test_staleness_is_judged_by_the_code_the_run_imported(tmp_path, monkeypatch)
     (tmp_path.parent / "outside.py").write_text("z = 1\n")
     monkeypatch.setattr(rc, "code_root", lambda: tmp_path)
     imported = {"agentpost/used.py": sha256_file(used)}
-    receipt = {"chapter": "paired-protocol", "schema_version": 4, "hashes": {"source_notebook": "?", "code_tree": "old", "data": {}},
-               "imported_code": imported}
+    receipt = {
+        "chapter": "paired-protocol",
+        "schema_version": 4,
+        "hashes": {"source_notebook": "?", "code_tree": "old", "data": {}},
+        "imported_code": imported,
+    }
     assert "imported_code" not in stale_inputs(receipt) and "hashes.code_tree" not in stale_inputs(receipt)
     other.write_text("y = 2\n")  # not imported by the run
     assert rc.changed_code(imported, by_code=False) == []
     used.write_text("x = 2\n")
-    assert rc.changed_code(imported, by_code=False) == ["agentpost/used.py"] and "imported_code" in stale_inputs(receipt)
+    assert rc.changed_code(imported, by_code=False) == ["agentpost/used.py"] and "imported_code" in stale_inputs(
+        receipt
+    )
     used.unlink()
     assert rc.changed_code(imported, by_code=False) == ["agentpost/used.py"]
     escape = {"../outside.py": sha256_file(tmp_path.parent / "outside.py")}
@@ -95,9 +122,14 @@ def test_the_counted_configuration_is_the_one_with_most_seeds_so_a_stray_run_hid
     from agentpost.evidence.levels import Run, configurations, counted_configuration
 
     def run(seed, code, end, problems=()):
-        receipt = {"chapter": "kite", "profile": "cpu", "kind": "profile", "seed": seed,
-                   "hashes": {"source_notebook": "s", "parameters": "p", "code_tree": code, "data": {}},
-                   "timing": {"end": end}}
+        receipt = {
+            "chapter": "kite",
+            "profile": "cpu",
+            "kind": "profile",
+            "seed": seed,
+            "hashes": {"source_notebook": "s", "parameters": "p", "code_tree": code, "data": {}},
+            "timing": {"end": end},
+        }
         return Run(Path(f"seed-{seed}"), receipt, list(problems))
 
     committed = [run(s, "old", f"2026-11-0{1 + s % 5}T00:00:00") for s in range(16)]

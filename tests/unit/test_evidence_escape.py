@@ -28,7 +28,17 @@ HOSTILE = [
     "<!-- comment --> <div onclick='x'>",
     "```",
     "`",
-    "- item", "+ item", "1. one", "  2) two", "---", "===", "% comment", ":::", "(target)=", "#", "> quote",
+    "- item",
+    "+ item",
+    "1. one",
+    "  2) two",
+    "---",
+    "===",
+    "% comment",
+    ":::",
+    "(target)=",
+    "#",
+    "> quote",
 ]
 
 # Only these token types may appear when an escaped string is parsed as a page.

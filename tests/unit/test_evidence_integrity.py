@@ -10,14 +10,32 @@ from agentpost.errors import UsageError
 from agentpost.evidence import receipt as rc
 from agentpost.record.recording import SCRAP_MIME, _order_like, format_value, rendering_problem, value_html
 
-FIELDS = dict(chapter="kite", profile="smoke", kind="profile", seed=42, status="ok", run_key="k", error=None,
-              overrides={}, parameters={"lr": 0.01, "seed": 42},
-              hashes={"source_notebook": "s", "parameters": "p", "code_tree": "c", "data": {"w/t.txt": "d"},
-                      "output_notebook": "o"},
-              packages={"torch": "2.13.0", "torch_cuda": None}, device={"kind": "cpu", "name": "x"},
-              timing={"start": "2026-01-01T00:00:00+00:00", "end": "2026-01-01T00:00:10+00:00", "wall_s": 10},
-              peak_memory={"host_rss_bytes": 1}, metrics={"m": 1.5}, imported_code={"agentpost/x.py": "h"},
-              notebook_code="n", outcomes_sha256=None)
+FIELDS = dict(
+    chapter="kite",
+    profile="smoke",
+    kind="profile",
+    seed=42,
+    status="ok",
+    run_key="k",
+    error=None,
+    overrides={},
+    parameters={"lr": 0.01, "seed": 42},
+    hashes={
+        "source_notebook": "s",
+        "parameters": "p",
+        "code_tree": "c",
+        "data": {"w/t.txt": "d"},
+        "output_notebook": "o",
+    },
+    packages={"torch": "2.13.0", "torch_cuda": None},
+    device={"kind": "cpu", "name": "x"},
+    timing={"start": "2026-01-01T00:00:00+00:00", "end": "2026-01-01T00:00:10+00:00", "wall_s": 10},
+    peak_memory={"host_rss_bytes": 1},
+    metrics={"m": 1.5},
+    imported_code={"agentpost/x.py": "h"},
+    notebook_code="n",
+    outcomes_sha256=None,
+)
 
 
 def test_receipt_is_typed_sealed_and_has_a_schema():
@@ -50,8 +68,9 @@ def test_keys_follow_the_hashing_rules():
     elsewhere = {**other_seed, "hashes": {**d["hashes"], "code_tree": "c2"}}
     assert rc.configuration_key(elsewhere) == rc.configuration_key(d)
     assert rc.configuration_key({**elsewhere, "imported_code": {"agentpost/x.py": "h2"}}) != rc.configuration_key(d)
-    old = {k: v for k, v in d.items() if k not in ("imported_code", "notebook_code", "outcomes_sha256")} | \
-        {"schema_version": 3}
+    old = {k: v for k, v in d.items() if k not in ("imported_code", "notebook_code", "outcomes_sha256")} | {
+        "schema_version": 3
+    }
     assert rc.configuration_key({**elsewhere, "imported_code": {}}) != rc.configuration_key(old)
     # Schema 5 keys the notebook by its code cells: another source hash (prose edited) keeps the configuration, a
     # code edit (another notebook_code) does not.
@@ -76,8 +95,13 @@ def _dataset(tmp_path, monkeypatch, content: bytes, listed: bytes | None = None,
     folder = tmp_path / "wikitext-2"
     folder.mkdir()
     listed = content if listed is None else listed
-    rows = "\n".join(f"| {f} | {len(listed)} | {hashlib.sha256(listed).hexdigest()} | blob |" for f in registry.DATASETS["wikitext-2"])
-    (folder / "SOURCE.md").write_text(f"# x\n\n## Files\n| file | bytes | sha256 | git blob |\n|---|---|---|---|\n{rows}\n\n## Other\n| a | 1 | {'0' * 64} |\n")
+    rows = "\n".join(
+        f"| {f} | {len(listed)} | {hashlib.sha256(listed).hexdigest()} | blob |"
+        for f in registry.DATASETS["wikitext-2"]
+    )
+    (folder / "SOURCE.md").write_text(
+        f"# x\n\n## Files\n| file | bytes | sha256 | git blob |\n|---|---|---|---|\n{rows}\n\n## Other\n| a | 1 | {'0' * 64} |\n"
+    )
     for f in registry.DATASETS["wikitext-2"]:
         (folder / f).write_bytes(content)
     monkeypatch.setenv("AGENTPOST_DATA", str(tmp_path))
@@ -90,8 +114,11 @@ def _dataset(tmp_path, monkeypatch, content: bytes, listed: bytes | None = None,
 
 def test_data_edited_with_its_source_md_is_refused_by_the_pinned_checksums(tmp_path, monkeypatch):
     registry, folder = _dataset(tmp_path, monkeypatch, b"abc\n", pin=False)
-    with pytest.raises(registry.DataChecksumError, match=r"wikitext-2/test.txt matches wikitext-2/SOURCE.md .* but the "
-                                                         r"repository pins 1256449 bytes"):
+    with pytest.raises(
+        registry.DataChecksumError,
+        match=r"wikitext-2/test.txt matches wikitext-2/SOURCE.md .* but the "
+        r"repository pins 1256449 bytes",
+    ):
         registry.data_file("wikitext-2", "test.txt")
 
 
@@ -127,7 +154,9 @@ def test_source_md_checksums_are_parsed_and_enforced(tmp_path, monkeypatch):
     assert set(registry.checksums("wikitext-2")) == {"train.txt", "valid.txt", "test.txt"}  # only the Files table
     assert registry.data_file("wikitext-2", "test.txt") == folder / "test.txt"
     (folder / "test.txt").write_bytes(b"ab")
-    with pytest.raises(registry.DataChecksumError, match=r"wikitext-2/test.txt has 2 bytes; wikitext-2/SOURCE.md records 4"):
+    with pytest.raises(
+        registry.DataChecksumError, match=r"wikitext-2/test.txt has 2 bytes; wikitext-2/SOURCE.md records 4"
+    ):
         registry.data_file("wikitext-2", "test.txt")
     (folder / "test.txt").write_bytes(b"abd\n")
     with pytest.raises(registry.DataChecksumError, match=r"wikitext-2/test.txt has sha256"):
@@ -228,8 +257,10 @@ def test_show_device_records_the_receipts_device_facts(monkeypatch):
     from agentpost.record import environment
 
     shown = []
-    monkeypatch.setattr("agentpost.record.recording._display",
-                        lambda bundle, name, data, **recorded: shown.append({**bundle, "recorded": recorded}))
+    monkeypatch.setattr(
+        "agentpost.record.recording._display",
+        lambda bundle, name, data, **recorded: shown.append({**bundle, "recorded": recorded}),
+    )
     environment.show_device()
     assert shown[0]["recorded"] == {"kind": "machine"}  # never compared with another machine's (glue_regression.py)
     scrap = shown[0][SCRAP_MIME]

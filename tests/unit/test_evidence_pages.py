@@ -18,18 +18,43 @@ DOWNLOAD = "{download}`x <../../../../../../../../../../etc/passwd>`"
 RAW = "x\n```{raw} html\n<script>alert(2)</script>\n```\n:::{raw} html\n<img src=x onerror=alert(3)>\n:::"
 PIPE = "a | b | c"
 HOSTILE = [SCRIPT, DOWNLOAD, RAW, PIPE, "$\\mathrm{x}$", "<!-- x -->", "[l](javascript:alert(4))"]
-PAIRED = {"name_a": SCRIPT, "name_b": DOWNLOAD, "estimate": RAW, "ci_low": -0.1, "ci_high": PIPE, "mde": 0.1,
-          "min_effect": 0.05, "verdict": "<b>supported</b>", "variance_components": {"seed": RAW, "item": 1, "residual": 1},
-          "n_seeds": 3, "n_items": DOWNLOAD, "design": "crossed"}
+PAIRED = {
+    "name_a": SCRIPT,
+    "name_b": DOWNLOAD,
+    "estimate": RAW,
+    "ci_low": -0.1,
+    "ci_high": PIPE,
+    "mde": 0.1,
+    "min_effect": 0.05,
+    "verdict": "<b>supported</b>",
+    "variance_components": {"seed": RAW, "item": 1, "residual": 1},
+    "n_seeds": 3,
+    "n_items": DOWNLOAD,
+    "design": "crossed",
+}
 
 
 def _receipt(seed: int, **over) -> dict:
-    return {"chapter": "kite", "profile": "smoke", "kind": "profile", "seed": seed, "status": "ok",
-            "hashes": {"source_notebook": "s", "parameters": "p", "code_tree": "c", "data": {}, "output_notebook": "o"},
-            "timing": {"start": "2026-01-01T00:00:00+00:00", "end": "2026-01-01T00:00:10+00:00", "wall_s": 10.0},
-            "peak_memory": {"host_rss_bytes": 2**20}, "device": {"kind": "cpu", "name": DOWNLOAD + RAW},
-            "metrics": {"outcomes_test_nll": RAW, "test_nll_sst_nats": SCRIPT, "test_nll_dense_flops_nats": DOWNLOAD + PIPE,
-                        "paired_sst_vs_dense_flops": PAIRED, SCRIPT: RAW, "loss": seed / 100}, **over}
+    return {
+        "chapter": "kite",
+        "profile": "smoke",
+        "kind": "profile",
+        "seed": seed,
+        "status": "ok",
+        "hashes": {"source_notebook": "s", "parameters": "p", "code_tree": "c", "data": {}, "output_notebook": "o"},
+        "timing": {"start": "2026-01-01T00:00:00+00:00", "end": "2026-01-01T00:00:10+00:00", "wall_s": 10.0},
+        "peak_memory": {"host_rss_bytes": 2**20},
+        "device": {"kind": "cpu", "name": DOWNLOAD + RAW},
+        "metrics": {
+            "outcomes_test_nll": RAW,
+            "test_nll_sst_nats": SCRIPT,
+            "test_nll_dense_flops_nats": DOWNLOAD + PIPE,
+            "paired_sst_vs_dense_flops": PAIRED,
+            SCRIPT: RAW,
+            "loss": seed / 100,
+        },
+        **over,
+    }
 
 
 def _runs():
@@ -37,7 +62,9 @@ def _runs():
     valid = [Report(base / f"seed-{s}-abc", _receipt(s), stale=["hashes.code_tree"]) for s in (42, 43, 44)]
     bad_receipt = _receipt(45, profile=RAW, chapter=["a"])
     invalid = Report(base / "seed-45-abc", bad_receipt, [Problem("x", RAW, SCRIPT)])
-    elsewhere = Report(rc.runs_root() / SCRIPT / "p" / "seed-1-a", _receipt(1, profile=DOWNLOAD), [Problem("x", "f", "m")])
+    elsewhere = Report(
+        rc.runs_root() / SCRIPT / "p" / "seed-1-a", _receipt(1, profile=DOWNLOAD), [Problem("x", "f", "m")]
+    )
     return group_runs([*valid, invalid, elsewhere])
 
 
@@ -47,8 +74,9 @@ def _md():
     from myst_parser.mdit_to_docutils.base import DocutilsRenderer
     from myst_parser.parsers.mdit import create_md_parser
 
-    return create_md_parser(MdParserConfig(enable_extensions={"dollarmath", "amsmath", "colon_fence", "deflist"}),
-                            DocutilsRenderer)
+    return create_md_parser(
+        MdParserConfig(enable_extensions={"dollarmath", "amsmath", "colon_fence", "deflist"}), DocutilsRenderer
+    )
 
 
 def _walk(tokens):
@@ -60,15 +88,21 @@ def _walk(tokens):
 def _assert_inert(page: str) -> None:
     tokens = list(_walk(_md().parse(page)))
     kinds = {t.type for t in tokens}
-    assert not kinds & {"html_block", "fence", "code_block", "colon_fence", "math_inline", "math_block", "amsmath"}, kinds
+    assert not kinds & {"html_block", "fence", "code_block", "colon_fence", "math_inline", "math_block", "amsmath"}, (
+        kinds
+    )
     for t in tokens:
         if t.type == "html_inline":  # the ledger's own line breaks between notes
             assert t.content == "<br>"
         if t.type == "link_open":  # the page's own links: arXiv, anchors, evidence pages, the levels page
-            assert t.attrs["href"].startswith(("https://arxiv.org/abs/", "#", "evidence/", "../evidence-levels")), t.attrs
+            assert t.attrs["href"].startswith(("https://arxiv.org/abs/", "#", "evidence/", "../evidence-levels")), (
+                t.attrs
+            )
         if t.type == "myst_role":  # only the page's own links into the runs root
             assert t.meta["name"] == "download", t.meta
-            assert t.content.startswith(("receipt.json <../../runs/kite/smoke/seed-", "notebook.ipynb <../../runs/kite/"))
+            assert t.content.startswith(
+                ("receipt.json <../../runs/kite/smoke/seed-", "notebook.ipynb <../../runs/kite/")
+            )
             assert "passwd" not in t.content
         if t.type == "image":
             assert t.attrs["src"] == "kite-smoke-metrics.png"

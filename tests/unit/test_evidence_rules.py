@@ -14,10 +14,23 @@ H200 = {"kind": "cuda", "name": "NVIDIA H200", "count": 1}
 
 
 def receipt(seed, device=H200, code="c1", status="ok", torch_cuda="12.8", cuda_event_ms=0.31, kind="profile"):
-    return {"chapter": "kite", "profile": "a100", "kind": kind, "seed": seed, "status": status, "device": device,
-            "packages": {"torch": "2.13.0", "torch_cuda": torch_cuda},
-            "metrics": {"run_environment": {"device": device, "cuda_event_ms": cuda_event_ms}},
-            "hashes": {"source_notebook": "s", "parameters": "p", "code_tree": code, "data": {}, "output_notebook": str(seed)}}
+    return {
+        "chapter": "kite",
+        "profile": "a100",
+        "kind": kind,
+        "seed": seed,
+        "status": status,
+        "device": device,
+        "packages": {"torch": "2.13.0", "torch_cuda": torch_cuda},
+        "metrics": {"run_environment": {"device": device, "cuda_event_ms": cuda_event_ms}},
+        "hashes": {
+            "source_notebook": "s",
+            "parameters": "p",
+            "code_tree": code,
+            "data": {},
+            "output_notebook": str(seed),
+        },
+    }
 
 
 def test_allowed_devices():
@@ -57,7 +70,10 @@ def test_seal_detects_any_edit():
 
 def test_parameter_checks_name_the_culprit():
     protocol = chapter("paired-protocol")
-    assert check_parameters(protocol, {"n_boot": 10, "train_fraction": 1}, source="t") == {"n_boot": 10, "train_fraction": 1.0}
+    assert check_parameters(protocol, {"n_boot": 10, "train_fraction": 1}, source="t") == {
+        "n_boot": 10,
+        "train_fraction": 1.0,
+    }
     with pytest.raises(UsageError, match="unknown parameter 'nboot'"):
         check_parameters(protocol, {"nboot": 10}, source="t")
     with pytest.raises(UsageError, match="'n_boot' must be int"):
@@ -77,15 +93,21 @@ def test_parameter_checks_name_the_culprit():
         parse_seeds(None, [2**32], "t")
 
 
-@pytest.mark.parametrize("comment,declared", [
-    ("fraction of articles (range: 0..1)", Declared(0, 1)),
-    ("count (range: 1..)", Declared(1, None)),
-    ("(range: ..0.5) an upper bound only", Declared(None, 0.5)),
-    ("step of the (a, b) grid (range: 0.01..1)", Declared(0.01, 1)),
-    ("(range: -2.5..-1)", Declared(-2.5, -1)),
-    ("gate placement (choices: after_norm | before_norm | none)", Declared(choices=("after_norm", "before_norm", "none"))),
-    ("no declaration here (a..b)", None),
-])
+@pytest.mark.parametrize(
+    "comment,declared",
+    [
+        ("fraction of articles (range: 0..1)", Declared(0, 1)),
+        ("count (range: 1..)", Declared(1, None)),
+        ("(range: ..0.5) an upper bound only", Declared(None, 0.5)),
+        ("step of the (a, b) grid (range: 0.01..1)", Declared(0.01, 1)),
+        ("(range: -2.5..-1)", Declared(-2.5, -1)),
+        (
+            "gate placement (choices: after_norm | before_norm | none)",
+            Declared(choices=("after_norm", "before_norm", "none")),
+        ),
+        ("no declaration here (a..b)", None),
+    ],
+)
 def test_declarations_in_parameter_comments(comment, declared):
     assert parse_declaration(comment) == declared
 

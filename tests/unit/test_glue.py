@@ -66,8 +66,14 @@ def test_glue_records_its_kind_beside_the_scrap_not_in_it(captured):
 
 def test_table_check_reads_the_column_order_recorded_at_glue_time(captured):
     """Column names with spaces, pipes and unicode: the order comes from the glue-time metadata, not the text."""
-    frame = pd.DataFrame({"z after step 1": [0.5, 0.25], "a | b": [1, 2], "Δ loss (nats)": [-0.1, float("nan")],
-                          "arm": ["grpo", "graft"]})  # NaN: stored as "nan", shown as NaN
+    frame = pd.DataFrame(
+        {
+            "z after step 1": [0.5, 0.25],
+            "a | b": [1, 2],
+            "Δ loss (nats)": [-0.1, float("nan")],
+            "arm": ["grpo", "graft"],
+        }
+    )  # NaN: stored as "nan", shown as NaN
     g.glue_table("gate_examples", frame)
     out = captured[0]
     assert out["metadata"]["agentpost"]["columns"] == list(frame.columns)

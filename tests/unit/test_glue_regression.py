@@ -9,8 +9,10 @@ from tests.notebooks import glue_regression
 
 
 def _scrap(name, data):
-    return {"output_type": "display_data", "data": {SCRAP_MIME: {"name": name, "data": data, "encoder": "json",
-                                                                 "version": 1}, "text/plain": str(data)}}
+    return {
+        "output_type": "display_data",
+        "data": {SCRAP_MIME: {"name": name, "data": data, "encoder": "json", "version": 1}, "text/plain": str(data)},
+    }
 
 
 def test_flatten_names_nested_values_like_the_spread_benchmark():
@@ -18,8 +20,11 @@ def test_flatten_names_nested_values_like_the_spread_benchmark():
 
 
 def test_glued_reads_scraps_from_outputs_including_json_strings():
-    outs = [_scrap("nll", {"sst": 6.1}), {"output_type": "stream", "text": "hi"},
-            {"output_type": "display_data", "data": {SCRAP_MIME: json.dumps({"name": "n", "data": 3})}}]
+    outs = [
+        _scrap("nll", {"sst": 6.1}),
+        {"output_type": "stream", "text": "hi"},
+        {"output_type": "display_data", "data": {SCRAP_MIME: json.dumps({"name": "n", "data": 3})}},
+    ]
     assert gr.glued_with_kind(outs) == {"nll.sst": (6.1, "result"), "n": (3, "result")}
 
 
@@ -34,9 +39,9 @@ def test_number_within_three_times_measured_spread_passes(monkeypatch):
 
 def test_unmeasured_number_must_match_to_relative_precision(monkeypatch):
     monkeypatch.setattr(gr, "measured_spread", lambda chapter: {})
-    assert gr.check_value("x", "count", 1000.0, 1000.0005) is None      # |diff| 5e-4 <= 1e-6 * 1000 = 1e-3
+    assert gr.check_value("x", "count", 1000.0, 1000.0005) is None  # |diff| 5e-4 <= 1e-6 * 1000 = 1e-3
     assert "no measured spread" in gr.check_value("x", "count", 1000.0, 1000.002)
-    assert gr.check_value("x", "zero", 0.0, 5e-7) is None                # ATOL 1e-6
+    assert gr.check_value("x", "zero", 0.0, 5e-7) is None  # ATOL 1e-6
     assert gr.check_value("x", "zero", 0.0, 2e-6) is not None
 
 
@@ -76,15 +81,22 @@ def test_the_declared_kind_decides_what_is_compared_not_the_name(monkeypatch):
 
 def test_cell_check_reads_kinds_from_the_executed_outputs():
     committed = [_scrap("notebook_wall_s", 10.0), _scrap("loss", 0.5)]  # glued before kinds were declared
-    executed = [_kinded("notebook_wall_s", 99.0, "timing"), _kinded("loss", 0.5, "result"),
-                _kinded("run_environment", {"device": {"kind": "cpu"}}, "machine")]
+    executed = [
+        _kinded("notebook_wall_s", 99.0, "timing"),
+        _kinded("loss", 0.5, "result"),
+        _kinded("run_environment", {"device": {"kind": "cpu"}}, "machine"),
+    ]
     assert glue_regression.cell_problems("c", committed, executed) == []
     executed.append(_kinded("new_metric", 1.0, "result"))
     assert glue_regression.cell_problems("c", committed, executed) == [
-        "new_metric: recorded by this run, not in the committed notebook (refresh it)"]
-    assert glue_regression.cell_problems("c", committed, executed[:1]) == ["loss: recorded in the committed notebook, not by this run"]
+        "new_metric: recorded by this run, not in the committed notebook (refresh it)"
+    ]
+    assert glue_regression.cell_problems("c", committed, executed[:1]) == [
+        "loss: recorded in the committed notebook, not by this run"
+    ]
     assert glue_regression.cell_problems("c", [_scrap("facts", {"a": [1, 2], "b": 3})], []) == [
-        "facts: recorded in the committed notebook, not by this run"]  # one line per glued value, not per leaf
+        "facts: recorded in the committed notebook, not by this run"
+    ]  # one line per glued value, not per leaf
 
 
 def test_notebook_checks_run_on_the_executed_outputs():
@@ -96,8 +108,11 @@ def test_notebook_checks_run_on_the_executed_outputs():
     setup = nbformat.v4.new_code_cell("show_device()")
     body = nbformat.v4.new_code_cell('glue("loss", 0.5)')
     committed = nbformat.v4.new_notebook(cells=[params, nbformat.v4.new_markdown_cell("text"), setup, body])
-    cell = lambda num, outputs, skip=False: SimpleNamespace(cell_num=num, test_outputs=outputs,  # noqa: E731
-                                                           options={"skip": skip})
+    cell = lambda num, outputs, skip=False: SimpleNamespace(
+        cell_num=num,
+        test_outputs=outputs,  # noqa: E731
+        options={"skip": skip},
+    )
     machine = _kinded("run_environment", {"device": {"kind": "cpu"}}, "machine")
     loss = _kinded("loss", 0.5, "result")
     nb = glue_regression.executed_notebook(committed, [cell(0, []), cell(1, [machine]), cell(2, [loss])])

@@ -95,10 +95,12 @@ def _sleep(seconds: float, rc: int = 0) -> tuple[str, ...]:
 
 
 def test_items_that_do_not_fit_are_skipped_and_the_rest_still_run(tmp_path):
-    plan = _plan(Item("big", "bench", 100.0, _sleep(0), _sleep(0)),
-                 Item("ok", "bench", 0.01, _sleep(0), _sleep(0)),
-                 Item("bad", "bench", 0.01, _sleep(0, rc=3), None),
-                 Item("lib", "bench", 0.01, _sleep(0), None, needs=("no_such_module_xyz",)))
+    plan = _plan(
+        Item("big", "bench", 100.0, _sleep(0), _sleep(0)),
+        Item("ok", "bench", 0.01, _sleep(0), _sleep(0)),
+        Item("bad", "bench", 0.01, _sleep(0, rc=3), None),
+        Item("lib", "bench", 0.01, _sleep(0), None, needs=("no_such_module_xyz",)),
+    )
     out = {o.item.name: o for o in execute(plan, 60, tmp_path, say=quiet)}
     assert out["big"].status == "skipped" and "predicted 100.0 min >" in out["big"].note
     assert out["ok"].status == "done" and (tmp_path / "ok.log").read_text().startswith("$ ")
@@ -119,8 +121,12 @@ def test_an_item_past_its_overrun_is_stopped_with_sigint_and_the_plan_goes_on(tm
 
 def test_dry_run_uses_the_dry_command_and_skips_items_without_one(tmp_path):
     marker = tmp_path / "dry.txt"
-    dry = (sys.executable, "-c", f"import os, pathlib; pathlib.Path({str(marker)!r}).write_text("
-                                 "os.environ['TRITON_INTERPRET'] + '|' + os.environ['CUDA_VISIBLE_DEVICES'])")
+    dry = (
+        sys.executable,
+        "-c",
+        f"import os, pathlib; pathlib.Path({str(marker)!r}).write_text("
+        "os.environ['TRITON_INTERPRET'] + '|' + os.environ['CUDA_VISIBLE_DEVICES'])",
+    )
     plan = _plan(Item("a", "tests", 1.0, _sleep(0, rc=9), dry), Item("b", "bench", 1.0, _sleep(0), None))
     out = execute(plan, 60, tmp_path, dry=True, say=quiet)
     assert [o.status for o in out] == ["done", "skipped"] and "no CPU dry-run sizes" in out[1].note
@@ -150,8 +156,10 @@ def test_the_plan_module_starts_on_a_bare_image():
     lent GPU image has no pydantic, nbformat or papermill): a fresh interpreter shows which modules it loaded."""
     import subprocess
 
-    code = ("import sys; sys.path.insert(0, 'benchmarks'); import gpu_plan; "
-            "print(sorted({m.split('.')[0] for m in sys.modules}))")
+    code = (
+        "import sys; sys.path.insert(0, 'benchmarks'); import gpu_plan; "
+        "print(sorted({m.split('.')[0] for m in sys.modules}))"
+    )
     loaded = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True).stdout
     for heavy in ("pydantic", "nbformat", "papermill", "torch", "pandas"):
         assert f"'{heavy}'" not in loaded, heavy
@@ -172,15 +180,18 @@ profiles: []
 """
 
 
-@pytest.mark.parametrize("old,new,culprit", [
-    ("minutes: 1,", "minutes: -1,", "predicted minutes must be a positive number"),
-    ("basis: counted,", "", "states its `basis`"),
-    ("kind: tests", "kind: profile", "kind must be one of"),
-    ("argv:", "argv: [], x:", "argv must be a non-empty list"),
-    ("jobs: 3,", "", "settings: needs exactly"),
-    ("seeds: [1, 2, 3]", "seeds: []", "settings.seeds"),
-    ("minutes: 1,", "minutes: 1, colour: red,", "unknown keys ['colour']"),
-])
+@pytest.mark.parametrize(
+    "old,new,culprit",
+    [
+        ("minutes: 1,", "minutes: -1,", "predicted minutes must be a positive number"),
+        ("basis: counted,", "", "states its `basis`"),
+        ("kind: tests", "kind: profile", "kind must be one of"),
+        ("argv:", "argv: [], x:", "argv must be a non-empty list"),
+        ("jobs: 3,", "", "settings: needs exactly"),
+        ("seeds: [1, 2, 3]", "seeds: []", "settings.seeds"),
+        ("minutes: 1,", "minutes: 1, colour: red,", "unknown keys ['colour']"),
+    ],
+)
 def test_bad_plans_are_refused_naming_the_culprit(tmp_path, old, new, culprit):
     assert old in GOOD
     path = _write_plan(tmp_path, GOOD.replace(old, new))

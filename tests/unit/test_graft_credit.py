@@ -7,8 +7,20 @@ import pytest
 import torch
 
 from agentpost.graft import (
-    CreditConfig, Trajectory, bellman_residual, bellman_values, build_graph, cosine_clusters, default_k_max,
-    graph_gae, grpo_c_objective, mc_returns, node_group_stats, node_normalise, step_credit, td0_advantages,
+    CreditConfig,
+    Trajectory,
+    bellman_residual,
+    bellman_values,
+    build_graph,
+    cosine_clusters,
+    default_k_max,
+    graph_gae,
+    grpo_c_objective,
+    mc_returns,
+    node_group_stats,
+    node_normalise,
+    step_credit,
+    td0_advantages,
 )
 from agentpost.graft.proposition import ESTIMATORS, LatticeMDP, estimates, mse_over_groups, ordering_margin
 
@@ -17,8 +29,11 @@ GAMMA, LAM = 0.9, 0.95
 
 def worked(prefix=False):
     """Spec test 1: T1 s0-a->s1-b->win, T2 s0-c->s2-d->lose, T3 s0-a->s1-e->lose (test 4: a shared root r-x->s0)."""
-    paths = [(("s0", "s1", "win"), ("a", "b"), 1.0), (("s0", "s2", "lose"), ("c", "d"), 0.0),
-             (("s0", "s1", "lose"), ("a", "e"), 0.0)]
+    paths = [
+        (("s0", "s1", "win"), ("a", "b"), 1.0),
+        (("s0", "s2", "lose"), ("c", "d"), 0.0),
+        (("s0", "s1", "lose"), ("a", "e"), 0.0),
+    ]
     if prefix:
         paths = [(("r",) + s, ("x",) + a, r) for s, a, r in paths]
     return [Trajectory(s, a, r) for s, a, r in paths]
@@ -45,8 +60,8 @@ def test_worked_graph_values_and_td0():
     for state, value in (("win", 1.0), ("lose", 0.0), ("s1", 0.45), ("s2", 0.0), ("s0", 0.27)):
         assert v.values[node(g, trajs, state)] == pytest.approx(value, abs=1e-12)
     per = g.split(td)
-    assert per[0] == pytest.approx([0.135, 0.45])   # T1
-    assert per[1] == pytest.approx([-0.27, 0.0])    # T2: its first step gets -0.27
+    assert per[0] == pytest.approx([0.135, 0.45])  # T1
+    assert per[1] == pytest.approx([-0.27, 0.0])  # T2: its first step gets -0.27
     assert per[2] == pytest.approx([0.135, -0.45])  # T3: the good first step of a failed rollout gets +0.135
     counts = g.edge_counts()
     s0, s1 = node(g, trajs, "s0"), node(g, trajs, "s1")
@@ -78,8 +93,9 @@ def random_group(rng, n_traj=6, n_states=5, length=7):
     for _ in range(n_traj):
         states = ["s0"] + [f"s{rng.integers(n_states)}" for _ in range(length - 1)]
         end = "win" if rng.random() < 0.5 else "lose"
-        trajs.append(Trajectory(tuple(states + [end]), tuple(f"a{rng.integers(3)}" for _ in range(length)),
-                                float(end == "win")))
+        trajs.append(
+            Trajectory(tuple(states + [end]), tuple(f"a{rng.integers(3)}" for _ in range(length)), float(end == "win"))
+        )
     return trajs
 
 
@@ -179,7 +195,8 @@ def test_grpo_c_sequence_ratio_clips_once_per_step():
     mask2 = torch.tensor([[1.0, 1.0, 0.0]], dtype=torch.float64)
     assert grpo_c_objective(lr2, torch.zeros_like(lr2), torch.tensor([2.0]), mask2).item() == pytest.approx(2.4)
     assert grpo_c_objective(lr2, torch.zeros_like(lr2), torch.tensor([-2.0]), mask2).item() == pytest.approx(
-        -2.0 * math.exp(0.5))
+        -2.0 * math.exp(0.5)
+    )
 
 
 @pytest.mark.claim("graft", "C3")
@@ -194,16 +211,23 @@ def test_grpo_c_differs_from_token_ppo_on_two_tokens_and_agrees_on_one():
         a = torch.tensor([adv], dtype=torch.float64)
         assert grpo_c_objective(two, torch.zeros_like(two), a, ones).item() == pytest.approx(seq)
         assert grpo_c_objective(two, torch.zeros_like(two), a, ones, ratio_level="token").item() == pytest.approx(
-            tok, abs=1e-6)
-    assert round((1.2 + math.exp(-0.1)) / 2, 6) == 1.052419 and round(-(math.exp(0.3) + math.exp(-0.1)) / 2, 6) == -1.127348
+            tok, abs=1e-6
+        )
+    assert (
+        round((1.2 + math.exp(-0.1)) / 2, 6) == 1.052419
+        and round(-(math.exp(0.3) + math.exp(-0.1)) / 2, 6) == -1.127348
+    )
     for lr1, a in ((0.3, 1.0), (0.3, -1.0), (-0.5, 1.0), (0.1, 2.0)):
         one = torch.tensor([[lr1]], dtype=torch.float64)
         at = torch.tensor([a], dtype=torch.float64)
         seq = grpo_c_objective(one, torch.zeros_like(one), at, torch.ones_like(one))
-        assert seq.item() == grpo_c_objective(one, torch.zeros_like(one), at, torch.ones_like(one),
-                                              ratio_level="token").item()
-    assert grpo_c_objective(torch.tensor([[0.3]]), torch.zeros(1, 1), torch.tensor([1.0]),
-                            torch.ones(1, 1)).item() == pytest.approx(1.2)
+        assert (
+            seq.item()
+            == grpo_c_objective(one, torch.zeros_like(one), at, torch.ones_like(one), ratio_level="token").item()
+        )
+    assert grpo_c_objective(
+        torch.tensor([[0.3]]), torch.zeros(1, 1), torch.tensor([1.0]), torch.ones(1, 1)
+    ).item() == pytest.approx(1.2)
     with pytest.raises(ValueError, match="ratio_level"):
         grpo_c_objective(two, two, torch.tensor([1.0]), ones, ratio_level="segment")
 
@@ -224,8 +248,13 @@ def test_cosine_canonicalisation_merges_near_duplicates():
     assert cosine_clusters(emb, 0.9).tolist() == [0, 0, 1, 2]
     assert cosine_clusters(emb, 0.5).tolist() == [0, 0, 1, 1]  # 0.8 to leader 2 beats 0.6 to leader 0
     trajs = [Trajectory(("s0", "s1a", "win"), ("a", "b"), 1.0), Trajectory(("s0", "s1b", "lose"), ("a", "e"), 0.0)]
-    vecs = {"s0": [1, 0, 0, 0], "s1a": [0, 1, 0.05, 0], "s1b": [0, 1, 0, 0.05], "win": [0, 0, 1, 0],
-            "lose": [0, 0, 0, 1]}
+    vecs = {
+        "s0": [1, 0, 0, 0],
+        "s1a": [0, 1, 0.05, 0],
+        "s1b": [0, 1, 0, 0.05],
+        "win": [0, 0, 1, 0],
+        "lose": [0, 0, 0, 1],
+    }
     embed = lambda states: np.array([vecs[s] for s in states], dtype=float)
     merged = build_graph(trajs, matching="cosine", sim_threshold=0.9, embedder=embed)
     exact = build_graph(trajs)
@@ -240,8 +269,11 @@ def test_credit_interface_and_baselines():
     trajs = worked()
     cfg = CreditConfig(gamma=GAMMA, lam=LAM)
     grpo = step_credit("grpo", trajs, cfg).per_traj  # rewards [1, 0, 0]: unbiased std 0.5774
-    assert [x.tolist() for x in grpo] == [pytest.approx([1.1547] * 2, abs=1e-4), pytest.approx([-0.5774] * 2, abs=1e-4),
-                                           pytest.approx([-0.5774] * 2, abs=1e-4)]
+    assert [x.tolist() for x in grpo] == [
+        pytest.approx([1.1547] * 2, abs=1e-4),
+        pytest.approx([-0.5774] * 2, abs=1e-4),
+        pytest.approx([-0.5774] * 2, abs=1e-4),
+    ]
     assert mc_returns(trajs, gamma=GAMMA, include_step_rewards=False).tolist() == pytest.approx([0.81, 0.9, 0, 0, 0, 0])
     gigpo = step_credit("gigpo", trajs, cfg).per_traj
     # anchor s0: returns {0.81, 0, 0} -> [1.1547, -0.5774, -0.5774]; anchor s1: {0.9, 0} -> +-0.7071;
@@ -315,8 +347,9 @@ def test_step_rewards_enter_td0_and_break_the_identity():
     assert g.split(td)[1] == pytest.approx([-0.37, -0.1])
     gae = graph_gae(g, td, gamma=GAMMA, lam=LAM)
     assert g.split(gae)[1][0] == pytest.approx(-0.37 + 0.855 * -0.1)  # hop 1 from s2: its one step, -0.1
-    assert mc_returns(trajs, gamma=GAMMA, include_step_rewards=True)[:2] == pytest.approx([-0.1 + 0.9 * (-0.1 + 0.9),
-                                                                                          -0.1 + 0.9])
+    assert mc_returns(trajs, gamma=GAMMA, include_step_rewards=True)[:2] == pytest.approx(
+        [-0.1 + 0.9 * (-0.1 + 0.9), -0.1 + 0.9]
+    )
 
 
 def test_norm_group_distinct_edges():

@@ -5,7 +5,13 @@ import pytest
 
 from agentpost.graft.envs import MiniHackRoom, TextGridworld, make_env
 from agentpost.graft.train import (
-    ActionCode, TabularSoftmax, TrainConfig, rollout, run_arms, select_lr, train_arm,
+    ActionCode,
+    TabularSoftmax,
+    TrainConfig,
+    rollout,
+    run_arms,
+    select_lr,
+    train_arm,
 )
 
 SE = 5  # MiniHack navigation actions: N, E, S, W, NE, SE, SW, NW
@@ -175,8 +181,18 @@ def test_headroom_pilot_rows():
     """The pilot that chose the MiniHack task: one row per (arm, rate) with one success value per seed."""
     from agentpost.graft.pilot import headroom_rows
 
-    rows = list(headroom_rows("gridworld", max_steps=12, updates=2, arms=["grpo", "graft_td"], lrs=[8.0, 64.0],
-                              seeds=[1, 2], group_size=4, eval_episodes=4))
+    rows = list(
+        headroom_rows(
+            "gridworld",
+            max_steps=12,
+            updates=2,
+            arms=["grpo", "graft_td"],
+            lrs=[8.0, 64.0],
+            seeds=[1, 2],
+            group_size=4,
+            eval_episodes=4,
+        )
+    )
     assert [(r["arm"], r["lr"]) for r in rows] == [("grpo", 8.0), ("grpo", 64.0), ("graft_td", 8.0), ("graft_td", 64.0)]
     assert all(len(r["train_success"]) == 2 and all(0.0 <= x <= 1.0 for x in r["eval_success"]) for r in rows)
     assert rows[0]["token_base"] == 2

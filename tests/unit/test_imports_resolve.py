@@ -52,4 +52,5 @@ def test_every_agentpost_import_resolves(path):
 
 def test_the_check_names_a_missing_function():
     assert unresolved_imports("from agentpost.evidence.levels import counted_configuration, gone_name\n") == [
-        "agentpost.evidence.levels.gone_name"]
+        "agentpost.evidence.levels.gone_name"
+    ]

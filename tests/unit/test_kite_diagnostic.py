@@ -12,8 +12,9 @@ SPEC = TrainSpec(seq_len=8, batch_size=32, stage1_updates=2, stage2_updates=2, w
 
 
 def _run(seed):
-    return run_diagnostic(seed=seed, lr_grid=[3e-3, 1e-2], spec=SPEC, model_kwargs=TINY, train_chars=20_000,
-                          eval_chunks=1)
+    return run_diagnostic(
+        seed=seed, lr_grid=[3e-3, 1e-2], spec=SPEC, model_kwargs=TINY, train_chars=20_000, eval_chunks=1
+    )
 
 
 @pytest.fixture(scope="module")
@@ -52,5 +53,6 @@ def test_bad_input_is_refused_before_training():
     with pytest.raises(ValueError, match="lr_grid"):
         run_diagnostic(seed=1, lr_grid=[], spec=SPEC, model_kwargs=TINY, train_chars=20_000, eval_chunks=1)
     with pytest.raises(ValueError, match="unknown arms"):
-        run_diagnostic(seed=1, lr_grid=[1e-3], spec=SPEC, model_kwargs=TINY, train_chars=20_000, eval_chunks=1,
-                       arms=("sst", "moe"))
+        run_diagnostic(
+            seed=1, lr_grid=[1e-3], spec=SPEC, model_kwargs=TINY, train_chars=20_000, eval_chunks=1, arms=("sst", "moe")
+        )

@@ -3,11 +3,26 @@
 import pytest
 import torch
 
-from agentpost.kite.cost import (PAPER_ESTIMATES, PAPER_SST_ACTIVE, dense_request_flops, implied_prefill_params,
-                                 prefill_share, saving, sst_request_flops)
-from agentpost.kite.flops import (decode_flops, decoder_layer_flops, forward_flops, match_budget, prefill_flops,
-                                  prefiller_layer_flops, profiler_matmul_flops, relative_budget_error,
-                                  training_flops_per_sequence)
+from agentpost.kite.cost import (
+    PAPER_ESTIMATES,
+    PAPER_SST_ACTIVE,
+    dense_request_flops,
+    implied_prefill_params,
+    prefill_share,
+    saving,
+    sst_request_flops,
+)
+from agentpost.kite.flops import (
+    decode_flops,
+    decoder_layer_flops,
+    forward_flops,
+    match_budget,
+    prefill_flops,
+    prefiller_layer_flops,
+    profiler_matmul_flops,
+    relative_budget_error,
+    training_flops_per_sequence,
+)
 from agentpost.kite.model import ModelConfig, SSTConfig, build
 
 SMALL = dict(vocab_size=50, d_model=16, n_heads=2, d_ff=24)
@@ -94,8 +109,10 @@ def test_request_cost_hand_example():
 
 @pytest.mark.claim("kite", "C3")
 def test_paper_estimates_are_reproduced_by_one_prefiller_size():
-    implied = {b: implied_prefill_params(-change, PAPER_SST_ACTIVE, n_b, 32768, 512)
-               for b, (n_b, change) in PAPER_ESTIMATES.items()}
+    implied = {
+        b: implied_prefill_params(-change, PAPER_SST_ACTIVE, n_b, 32768, 512)
+        for b, (n_b, change) in PAPER_ESTIMATES.items()
+    }
     a, b = implied.values()
     assert a == pytest.approx(1.369e9, rel=1e-3) and b == pytest.approx(a, rel=1e-3)
     for name, (n_b, change) in PAPER_ESTIMATES.items():

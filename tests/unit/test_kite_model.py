@@ -25,8 +25,12 @@ def test_decoder_writes_no_kv_cache_bit_identical_under_decoder_perturbation():
     logits, cache = model.prefill(x)
     keys = [k.clone() for k in cache.keys]
     values = [v.clone() for v in cache.values]
-    for p in list(model.decoder.parameters()) + list(model.norm_f.parameters()) + \
-            list(model.in_norm_emb.parameters()) + list(model.in_norm_pre.parameters()):
+    for p in (
+        list(model.decoder.parameters())
+        + list(model.norm_f.parameters())
+        + list(model.in_norm_emb.parameters())
+        + list(model.in_norm_pre.parameters())
+    ):
         p.add_(torch.randn_like(p))
     logits2, cache2 = model.prefill(x)
     assert cache2.length == cache.length == x.shape[1]
@@ -79,7 +83,7 @@ def test_incremental_decoding_equals_full_forward(kind, layer_map_mode, n_decode
     logits, cache = model.prefill(x[:, :6], capacity=8)
     steps = [logits]
     for t in range(6, 17):
-        steps.append(model.decode_step(x[:, t:t + 1], cache))
+        steps.append(model.decode_step(x[:, t : t + 1], cache))
     assert cache.length == 17
     assert (torch.cat(steps, dim=1) - full[:, 5:]).abs().max() <= 1e-5
 

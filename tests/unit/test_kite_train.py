@@ -7,8 +7,7 @@ import pytest
 import torch
 
 from agentpost.kite.latency import advantage_starts, measure, ratios
-from agentpost.kite.train import (TrainSpec, article_chunks, per_article_nll, sample_windows, token_stream,
-                                  train_arm)
+from agentpost.kite.train import TrainSpec, article_chunks, per_article_nll, sample_windows, token_stream, train_arm
 from agentpost.models.schedules import warmup_cosine as lr_at
 
 TINY = dict(vocab_size=4096, d_model=16, n_heads=2, d_ff=32)
@@ -52,16 +51,19 @@ def test_per_article_items_are_test_articles():
     assert windows.shape[1] == 17 and len(torch.unique(owner)) == 60
     torch.manual_seed(0)
     from agentpost.kite.model import build
+
     nll = per_article_nll(build("dense_kv", **TINY), windows[:10], owner[:10])
     assert nll.shape == (len(torch.unique(owner[:10])),)
     assert np.all(np.abs(nll - math.log(4096)) < 0.5)  # an untrained model is near uniform
 
 
 def test_latency_rows_and_ratios_structure():
-    rows = measure(prompt_lengths=[8, 16], d_model=16, n_heads=2, d_ff=32, vocab_size=64, decode_tokens=2,
-                   repeats=2, warmup=0)
-    assert {(r["arm"], r["prompt"]) for r in rows} == {(a, p) for a in ("sst", "dense_flops", "dense_kv")
-                                                        for p in (8, 16)}
+    rows = measure(
+        prompt_lengths=[8, 16], d_model=16, n_heads=2, d_ff=32, vocab_size=64, decode_tokens=2, repeats=2, warmup=0
+    )
+    assert {(r["arm"], r["prompt"]) for r in rows} == {
+        (a, p) for a in ("sst", "dense_flops", "dense_kv") for p in (8, 16)
+    }
     table = ratios(rows)
     assert set(table.arm) == {"sst", "dense_kv"}
     sst16 = table[(table.arm == "sst") & (table.prompt == 16)].iloc[0]
@@ -71,6 +73,7 @@ def test_latency_rows_and_ratios_structure():
 def test_advantage_starts_requires_a_clear_and_lasting_win():
     def row(arm, p, lo, hi):
         return {"arm": arm, "prompt": p, "prefill_ms_p20": lo, "prefill_ms_p80": hi}
+
     rows = [row("dense_flops", p, 10, 12) for p in (1, 2, 3, 4)]
     rows += [row("sst", 1, 9, 11), row("sst", 2, 5, 9), row("sst", 3, 11, 13), row("sst", 4, 5, 6)]
     assert advantage_starts(rows) == 4

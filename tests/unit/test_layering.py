@@ -68,8 +68,13 @@ def layering_violations(files, root: Path = ROOT) -> list[str]:
 #: the runner can stale a run; ``data`` sits below ``models``; inside ``data``, ``sources`` is the leaf and ``hf``
 #: does not reach back into ``registry`` (no import cycle); ``rl`` is pure tensors; ``evidence`` sits below ``run``.
 CORE_ORDER = (
-    ("agentpost.record", tuple(f"agentpost.{p}" for p in ("book", "catalogue", "cli", "data", "evidence", "models",
-                                                          "project", "rl", "run", "stats"))),
+    (
+        "agentpost.record",
+        tuple(
+            f"agentpost.{p}"
+            for p in ("book", "catalogue", "cli", "data", "evidence", "models", "project", "rl", "run", "stats")
+        ),
+    ),
     ("agentpost.data", ("agentpost.models", "agentpost.run", "agentpost.rl", "agentpost.stats")),
     ("agentpost.data.sources", ("agentpost.",)),
     ("agentpost.data.hf", ("agentpost.data.registry",)),
@@ -92,8 +97,8 @@ def core_order_violations(files, root: Path = ROOT) -> list[str]:
         for line, target in imported_modules(path, root):
             for importer, banned in CORE_ORDER:
                 if (src == importer or src.startswith(importer + ".")) and any(
-                        target == b.rstrip(".") or target.startswith(b if b.endswith(".") else b + ".")
-                        for b in banned):
+                    target == b.rstrip(".") or target.startswith(b if b.endswith(".") else b + ".") for b in banned
+                ):
                     if not any(src == s and target.startswith(t) for s, t in CORE_ORDER_KNOWN):
                         bad.append(f"{path.relative_to(root)}:{line} ({importer}) imports {target}")
     return bad
@@ -116,15 +121,19 @@ def test_core_order_names_a_cycle(tmp_path):
     path.parent.mkdir(parents=True)
     path.write_text("def f():\n    from agentpost.data.registry import data_file\n")
     assert core_order_violations([path], tmp_path) == [
-        "agentpost/data/hf.py:2 (agentpost.data.hf) imports agentpost.data.registry.data_file"]
+        "agentpost/data/hf.py:2 (agentpost.data.hf) imports agentpost.data.registry.data_file"
+    ]
 
 
-@pytest.mark.parametrize(("where", "source", "culprit"), [
-    ("agentpost/rl/x.py", "from agentpost.opsd.loss import distill_loss\n", "agentpost.opsd.loss.distill_loss"),
-    ("agentpost/madrl/x.py", "def f():\n    from agentpost import opsd\n", "agentpost.opsd"),
-    ("kernels/deltas/x.py", "import agentpost.actkv.lrfu\n", "agentpost.actkv.lrfu"),
-    ("agentpost/evidence/x.py", "from ..kite import model\n", "agentpost.kite.model"),
-])
+@pytest.mark.parametrize(
+    ("where", "source", "culprit"),
+    [
+        ("agentpost/rl/x.py", "from agentpost.opsd.loss import distill_loss\n", "agentpost.opsd.loss.distill_loss"),
+        ("agentpost/madrl/x.py", "def f():\n    from agentpost import opsd\n", "agentpost.opsd"),
+        ("kernels/deltas/x.py", "import agentpost.actkv.lrfu\n", "agentpost.actkv.lrfu"),
+        ("agentpost/evidence/x.py", "from ..kite import model\n", "agentpost.kite.model"),
+    ],
+)
 def test_checker_names_each_violation(tmp_path, where, source, culprit):
     path = tmp_path / where
     path.parent.mkdir(parents=True)
@@ -133,11 +142,14 @@ def test_checker_names_each_violation(tmp_path, where, source, culprit):
     assert culprit in bad and where in bad
 
 
-@pytest.mark.parametrize(("where", "source"), [
-    ("kernels/deltas/k.py", "from agentpost.deltas.rule import chunk_gated_delta\n"),
-    ("agentpost/opsd/l.py", "from agentpost.rl import aggregate\nfrom . import tasks\n"),
-    ("agentpost/rl/d.py", "from agentpost.kernels._common import next_pow2\nimport torch\n"),
-])
+@pytest.mark.parametrize(
+    ("where", "source"),
+    [
+        ("kernels/deltas/k.py", "from agentpost.deltas.rule import chunk_gated_delta\n"),
+        ("agentpost/opsd/l.py", "from agentpost.rl import aggregate\nfrom . import tasks\n"),
+        ("agentpost/rl/d.py", "from agentpost.kernels._common import next_pow2\nimport torch\n"),
+    ],
+)
 def test_same_paper_and_core_imports_are_allowed(tmp_path, where, source):
     path = tmp_path / where
     path.parent.mkdir(parents=True)

@@ -4,14 +4,21 @@ import numpy as np
 import pytest
 import torch
 
-from agentpost.madrl.bandit import (best_knob_jsd, entropy_regularised_policy, exact_gradient, expected_category_reward,
-                                    tempered, train_exact, train_sampled)
+from agentpost.madrl.bandit import (
+    best_knob_jsd,
+    entropy_regularised_policy,
+    exact_gradient,
+    expected_category_reward,
+    tempered,
+    train_exact,
+    train_sampled,
+)
 from agentpost.madrl.rewards import DIVERGENCES, TABLE_RELATION, divergence
 
-INIT = np.log([0.6, 0.1, 0.1, 0.1, 0.1])      # a "base model" peaked on category 0
-PEAKED = [0.05, 0.1, 0.15, 0.2, 0.5]          # target peaked on another category
+INIT = np.log([0.6, 0.1, 0.1, 0.1, 0.1])  # a "base model" peaked on category 0
+PEAKED = [0.05, 0.1, 0.15, 0.2, 0.5]  # target peaked on another category
 UNIFORM = [0.2] * 5
-Q = [0.9, 0.7, 0.6, 0.5, 0.4]                 # P(correct | category): category 0 is the easiest
+Q = [0.9, 0.7, 0.6, 0.5, 0.4]  # P(correct | category): category 0 is the easiest
 
 
 @pytest.mark.claim("madrl", "C3")
@@ -55,20 +62,26 @@ def test_correctness_only_collapses_onto_the_easiest_category(target):
 def test_sampled_grpo_bandit_reaches_the_target_in_every_seed(name, target, max_steps):
     # G = 32, 4 groups per step, SGD lr 0.5; measured 10-13 steps (peaked) and 4-6 (uniform) over seeds 0-4.
     for seed in range(5):
-        run = train_sampled(name, target, INIT, steps=40, group_size=32, groups_per_step=4, lr=0.5, seed=seed,
-                            q_correct=Q)
-        assert run.steps_to_threshold is not None and run.steps_to_threshold <= max_steps, (seed, run.steps_to_threshold)
+        run = train_sampled(
+            name, target, INIT, steps=40, group_size=32, groups_per_step=4, lr=0.5, seed=seed, q_correct=Q
+        )
+        assert run.steps_to_threshold is not None and run.steps_to_threshold <= max_steps, (
+            seed,
+            run.steps_to_threshold,
+        )
         assert run.jsd[-10:].mean() < 0.01
 
 
 @pytest.mark.claim("madrl", "C1")
 def test_sampled_correctness_collapses_and_all_correct_gives_no_pull():
-    run = train_sampled("correctness", PEAKED, INIT, steps=150, group_size=32, groups_per_step=4, lr=0.5, seed=0,
-                        q_correct=Q)
+    run = train_sampled(
+        "correctness", PEAKED, INIT, steps=150, group_size=32, groups_per_step=4, lr=0.5, seed=0, q_correct=Q
+    )
     assert run.pi[-1][0] > 0.95 and run.jsd[-1] > run.jsd[0]
     # every answer correct: all rewards 1, zero z-scored advantage, the policy does not move
-    flat = train_sampled("correctness", PEAKED, INIT, steps=20, group_size=16, groups_per_step=2, lr=0.5, seed=0,
-                         q_correct=[1.0] * 5)
+    flat = train_sampled(
+        "correctness", PEAKED, INIT, steps=20, group_size=16, groups_per_step=2, lr=0.5, seed=0, q_correct=[1.0] * 5
+    )
     np.testing.assert_allclose(flat.pi[-1], flat.pi[0], atol=1e-12)
 
 
@@ -82,8 +95,9 @@ def test_bad_inputs_are_named():
 @pytest.mark.claim("madrl", "C2")
 def test_entropy_bonus_fixed_point_is_softmax_q_over_beta():
     # hand example: q = (1, 0), beta = 1 -> pi = (e, 1) / (e + 1) = (0.7311, 0.2689)
-    torch.testing.assert_close(entropy_regularised_policy([1.0, 0.0], 1.0),
-                               torch.tensor([0.731058578630, 0.268941421370], dtype=torch.float64))
+    torch.testing.assert_close(
+        entropy_regularised_policy([1.0, 0.0], 1.0), torch.tensor([0.731058578630, 0.268941421370], dtype=torch.float64)
+    )
     # exact ascent with the per-action reward q_c - beta log pi_c converges there
     theta = torch.as_tensor(INIT).clone()
     for _ in range(4000):
@@ -98,8 +112,9 @@ def test_entropy_bonus_fixed_point_is_softmax_q_over_beta():
 def test_temperature_keeps_order_and_tends_to_uniform():
     # hand example: pi = (0.8, 0.2), T = 2 -> sqrt: (0.8944, 0.4472) / 1.3416 = (2/3, 1/3)
     torch.testing.assert_close(tempered([0.8, 0.2], 2.0), torch.tensor([2 / 3, 1 / 3], dtype=torch.float64))
-    torch.testing.assert_close(tempered([0.6, 0.1, 0.1, 0.1, 0.1], 1e6), torch.full((5,), 0.2, dtype=torch.float64),
-                               atol=1e-5, rtol=0)
+    torch.testing.assert_close(
+        tempered([0.6, 0.1, 0.1, 0.1, 0.1], 1e6), torch.full((5,), 0.2, dtype=torch.float64), atol=1e-5, rtol=0
+    )
     with pytest.raises(ValueError, match="temperature"):
         tempered([0.5, 0.5], -1.0)
 

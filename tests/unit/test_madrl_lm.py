@@ -15,8 +15,14 @@ from agentpost.models import arith_lm
 def _tiny_char_lm(seed=0):
     from transformers import Qwen3ForCausalLM
 
-    cfg = arith_lm.config(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-                          num_key_value_heads=2, head_dim=8)
+    cfg = arith_lm.config(
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=8,
+    )
     cfg._attn_implementation = "sdpa"
     torch.manual_seed(seed)
     return Qwen3ForCausalLM(cfg).eval(), arith_lm.build_tokenizer()
@@ -28,7 +34,7 @@ def _problems(n=6):
 
 def test_sampled_logprobs_equal_teacher_forced_recomputation_with_left_padding():
     model, tok = _tiny_char_lm()
-    policy = HFPolicy(model, tok, 2, lambda p: p.question[-(3 + len(p.question) % 7):] + "\n")
+    policy = HFPolicy(model, tok, 2, lambda p: p.question[-(3 + len(p.question) % 7) :] + "\n")
     ids, mask = policy.encode(_problems(4))
     assert (mask == 0).any()  # prompts of different lengths: left padding is exercised
     ids, mask = ids[None].expand(2, -1, -1), mask[None].expand(2, -1, -1)
@@ -47,14 +53,24 @@ def test_policy_stops_at_eos_and_decodes_up_to_it():
     policy = HFPolicy(model, tok, 1, lambda p: p.question)
     row = tok("<<5-2=3>>", add_special_tokens=False).input_ids + [tok.eos_token_id] + tok("junk").input_ids
     assert policy.decode(row) == "<<5-2=3>>" and classify(policy.decode(row)) == (1, True)
-    assert policy.stops(torch.tensor([[tok.eos_token_id, 5]]), torch.zeros(1, 2, dtype=torch.long)).tolist() == [[True, False]]
+    assert policy.stops(torch.tensor([[tok.eos_token_id, 5]]), torch.zeros(1, 2, dtype=torch.long)).tolist() == [
+        [True, False]
+    ]
 
 
 def test_tiny_end_to_end_lm_run_through_the_shared_loop():
     model, tok = _tiny_char_lm()
     make = partial(HFPolicy, model, tok, prompt_fn=lambda p: prompt_text(p.question, 16))
-    cfg = DiagConfig(steps=2, prompts_per_step=2, group_size=4, lr=1e-2, eval_prompts=3, eval_samples=4,
-                     max_new_chars=8, kl_coef=0.04)
+    cfg = DiagConfig(
+        steps=2,
+        prompts_per_step=2,
+        group_size=4,
+        lr=1e-2,
+        eval_prompts=3,
+        eval_samples=4,
+        max_new_chars=8,
+        kl_coef=0.04,
+    )
     runs = [Run("correctness", "u", 0), Run("jsd", "u", 0), Run("mixture", "u", 1, lr=1e-3)]
     before = [p.detach().clone() for p in model.parameters()]
     out = run_diagnostic(make, runs, {"u": [0.2] * 5}, _problems(), _problems(), cfg, sample_seed=0, progress=False)
@@ -74,8 +90,17 @@ def test_hub_arm_code_path_runs_on_a_tiny_random_qwen_folder(tmp_path):
     load_tokenizer().save_pretrained(tmp_path)
     tok, model = load_hub_model(str(tmp_path), dtype="float32")
     make = partial(HFPolicy, model, tok, prompt_fn=chat_prompt_fn(tok), device="cpu")
-    cfg = DiagConfig(steps=1, prompts_per_step=1, group_size=4, lr=1e-3, eval_prompts=2, eval_samples=2,
-                     max_new_chars=6, kl_coef=0.04, copies_per_policy=1)
+    cfg = DiagConfig(
+        steps=1,
+        prompts_per_step=1,
+        group_size=4,
+        lr=1e-3,
+        eval_prompts=2,
+        eval_samples=2,
+        max_new_chars=6,
+        kl_coef=0.04,
+        copies_per_policy=1,
+    )
     runs = [Run("correctness", "u", 0), Run("reverse_kl", "u", 0)]
     out = run_diagnostic(make, runs, {"u": [0.2] * 5}, _problems(), _problems(), cfg, sample_seed=0, progress=False)
     assert all(f["pooled_counts"].sum() == 4 for f in out["final"])
@@ -119,9 +144,21 @@ def test_committed_annotation_lm_matches_its_receipt_and_size_limit():
 def test_annotation_lm_script_writes_a_loadable_checkpoint(tmp_path):
     from agentpost.madrl.annotation_lm import load_annotation_lm, train
 
-    _, _, receipt = train(tmp_path, steps=2, batch=4, lr=1e-3, seed=0,
-                          arch=dict(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
-                                    num_key_value_heads=1, head_dim=8))
+    _, _, receipt = train(
+        tmp_path,
+        steps=2,
+        batch=4,
+        lr=1e-3,
+        seed=0,
+        arch=dict(
+            hidden_size=16,
+            intermediate_size=32,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            num_key_value_heads=1,
+            head_dim=8,
+        ),
+    )
     assert receipt["splits"]["validation (held out)"] == 500 and (tmp_path / "receipt.json").is_file()
     model, _ = load_annotation_lm(tmp_path)
     assert model.config.hidden_size == 16

@@ -4,8 +4,15 @@ import pytest
 import torch
 
 from agentpost.madrl.rewards import (
-    DIVERGENCES, TABLE_RELATION, arm_rewards, category_reward, divergence, empirical_distribution, matching_rewards,
-    neg_gradient, smooth_target,
+    DIVERGENCES,
+    TABLE_RELATION,
+    arm_rewards,
+    category_reward,
+    divergence,
+    empirical_distribution,
+    matching_rewards,
+    neg_gradient,
+    smooth_target,
 )
 from agentpost.rl import group_advantage
 
@@ -14,11 +21,19 @@ P_HAT = torch.tensor([0.6, 0.3, 0.1], dtype=torch.float64)  # counts 6/3/1 of G 
 
 # Hand-computed (mad-rl.md test 1), e.g. forward KL: 0.5/0.6 - 1 = -0.1667, 0.2/0.1 - 1 = 1; JSD for c=3:
 # m = 0.15, (log 0.15 - log 0.1)/2 = log(1.5)/2 = 0.2027.
-TABLE = {"l2": [-0.1, 0.0, 0.1], "forward_kl": [-0.1667, 0.0, 1.0], "reverse_kl": [-0.1823, 0.0, 0.6931],
-         "jsd": [-0.0435, 0.0, 0.2027]}
+TABLE = {
+    "l2": [-0.1, 0.0, 0.1],
+    "forward_kl": [-0.1667, 0.0, 1.0],
+    "reverse_kl": [-0.1823, 0.0, 0.6931],
+    "jsd": [-0.0435, 0.0, 0.2027],
+}
 # mad-rl.md test 2: -dD/dp_hat at the same point (L2 given there already times 1/2).
-NEG_GRAD = {"l2": [-0.2, 0.0, 0.2], "forward_kl": [0.8333, 1.0, 2.0], "reverse_kl": [-1.1823, -1.0, -0.3069],
-            "jsd": [-0.0435, 0.0, 0.2027]}
+NEG_GRAD = {
+    "l2": [-0.2, 0.0, 0.2],
+    "forward_kl": [0.8333, 1.0, 2.0],
+    "reverse_kl": [-1.1823, -1.0, -0.3069],
+    "jsd": [-0.0435, 0.0, 0.2027],
+}
 
 
 def autograd_neg_gradient(p_hat, p_star, name):
@@ -59,15 +74,17 @@ def test_table_and_gradient_forms_give_the_same_zscored_advantages(name):
     grad = matching_rewards(cats, gid, P_STAR, name, form="gradient", target_smoothing=0.0)
     assert table[[0, 6, 9]].tolist() == pytest.approx(TABLE[name], abs=1e-4)
     # Equal up to the std's eps (1e-6 by default), which is not scale-free; with eps = 0 exactly equal.
-    torch.testing.assert_close(group_advantage(table, gid, eps=0.0), group_advantage(grad, gid, eps=0.0),
-                               rtol=1e-9, atol=1e-9)
+    torch.testing.assert_close(
+        group_advantage(table, gid, eps=0.0), group_advantage(grad, gid, eps=0.0), rtol=1e-9, atol=1e-9
+    )
 
 
 def test_empirical_distribution_counts_invalid_in_the_denominator():
     cats = torch.tensor([0, 0, 1, -1])
     assert empirical_distribution(cats, 3, eps=1e-6).tolist() == pytest.approx([0.5, 0.25, 1e-6])
     assert empirical_distribution(cats, 3, eps=1e-6, invalid_policy="exclude").tolist() == pytest.approx(
-        [2 / 3, 1 / 3, 1e-6])
+        [2 / 3, 1 / 3, 1e-6]
+    )
     with pytest.raises(ValueError, match="categories must lie"):
         empirical_distribution(torch.tensor([3]), 3, eps=1e-6)
     with pytest.raises(ValueError, match="eps must be > 0"):
@@ -79,7 +96,9 @@ def test_edge_cases():
     # sample, hence no reward term.
     cats = torch.tensor([0, 0, 1, 1])
     r = matching_rewards(cats, torch.zeros(4), P_STAR, "reverse_kl", target_smoothing=0.0)
-    assert r.tolist() == pytest.approx([torch.log(P_STAR[0] / 0.5).item()] * 2 + [torch.log(P_STAR[1] / 0.5).item()] * 2)
+    assert r.tolist() == pytest.approx(
+        [torch.log(P_STAR[0] / 0.5).item()] * 2 + [torch.log(P_STAR[1] / 0.5).item()] * 2
+    )
     # Zero target mass with smoothing: finite rewards.
     zero_target = torch.tensor([0.0, 0.5, 0.5], dtype=torch.float64)
     for name in DIVERGENCES:
@@ -140,8 +159,15 @@ def test_entropy_reward_gradient_is_the_entropy_bonus_gradient():
     (pi * q - beta * pi * torch.log(pi)).sum().backward()
     with torch.no_grad():
         p = torch.softmax(theta, -1)
-        r = arm_rewards("entropy", torch.zeros(4, dtype=torch.int64), q, torch.zeros(4), P_STAR,
-                        sequence_logp=torch.log(p), entropy_coef=beta)
+        r = arm_rewards(
+            "entropy",
+            torch.zeros(4, dtype=torch.int64),
+            q,
+            torch.zeros(4),
+            P_STAR,
+            sequence_logp=torch.log(p),
+            entropy_coef=beta,
+        )
         grad_logp = torch.eye(4, dtype=torch.float64) - p  # row y: grad_theta log pi(y)
         score = (p[:, None] * r[:, None] * grad_logp).sum(0)
     torch.testing.assert_close(score, theta.grad, rtol=0, atol=1e-12)

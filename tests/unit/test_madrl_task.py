@@ -13,8 +13,19 @@ from agentpost.madrl.policies import GRUPolicy
 from agentpost.madrl.train import extended_jsd, sample
 
 
-@pytest.mark.parametrize("expr,cat", [("48/2", "/"), ("48+24", "+"), ("0.2*50", "*"), ("10-3", "-"),
-                                      ("2*3+4", "mixed"), ("-3+2", "+"), ("(5-2)*-4", "mixed"), ("3*-2", "*")])
+@pytest.mark.parametrize(
+    "expr,cat",
+    [
+        ("48/2", "/"),
+        ("48+24", "+"),
+        ("0.2*50", "*"),
+        ("10-3", "-"),
+        ("2*3+4", "mixed"),
+        ("-3+2", "+"),
+        ("(5-2)*-4", "mixed"),
+        ("3*-2", "*"),
+    ],
+)
 def test_operation_category(expr, cat):
     assert operation_category(expr) == CATEGORIES.index(cat)
 
@@ -73,7 +84,9 @@ def test_sampling_stops_and_masks():
 def test_extended_jsd_counts_invalid_as_distance():
     t = torch.tensor([0.2] * 5).numpy()
     assert extended_jsd(torch.tensor([2, 2, 2, 2, 2, 0]).numpy(), t) == pytest.approx(0.0, abs=1e-12)
-    assert extended_jsd(torch.tensor([0, 0, 0, 0, 0, 5]).numpy(), t) == pytest.approx(torch.log(torch.tensor(2.0)).item())
+    assert extended_jsd(torch.tensor([0, 0, 0, 0, 0, 5]).numpy(), t) == pytest.approx(
+        torch.log(torch.tensor(2.0)).item()
+    )
 
 
 def _tiny_setup():
@@ -111,8 +124,16 @@ def test_run_diagnostic_end_to_end_on_a_tiny_model():
     from agentpost.madrl.train import DiagConfig, Run, run_diagnostic
 
     base, probs = _tiny_setup()
-    cfg = DiagConfig(steps=2, prompts_per_step=2, group_size=4, lr=1e-2, eval_prompts=3, eval_samples=4,
-                     max_new_chars=6, kl_coef=0.04)
+    cfg = DiagConfig(
+        steps=2,
+        prompts_per_step=2,
+        group_size=4,
+        lr=1e-2,
+        eval_prompts=3,
+        eval_samples=4,
+        max_new_chars=6,
+        kl_coef=0.04,
+    )
     runs = [Run("correctness", "u", 0), Run("jsd", "u", 0), Run("mixture", "u", 1)]
     out = run_diagnostic(base, runs, {"u": [0.2] * 5}, probs, probs, cfg, sample_seed=0, progress=False)
     assert [len(h) for h in out["history"]] == [2, 2, 2]
@@ -127,8 +148,16 @@ def test_per_run_learning_rates_and_copy_cap_give_every_run_a_result():
     from agentpost.madrl.train import DiagConfig, Run, run_diagnostic
 
     base, probs = _tiny_setup()
-    cfg = DiagConfig(steps=1, prompts_per_step=2, group_size=4, lr=1e-2, eval_prompts=2, eval_samples=2,
-                     max_new_chars=6, copies_per_policy=1)
+    cfg = DiagConfig(
+        steps=1,
+        prompts_per_step=2,
+        group_size=4,
+        lr=1e-2,
+        eval_prompts=2,
+        eval_samples=2,
+        max_new_chars=6,
+        copies_per_policy=1,
+    )
     runs = [Run("jsd", "u", 0, lr=1e-3), Run("l2", "u", 0), Run("correctness", "u", 1, lr=1e-3)]
     out = run_diagnostic(base, runs, {"u": [0.2] * 5}, probs, probs, cfg, sample_seed=0, progress=False)
     assert all(f is not None and f["pooled_counts"].sum() == 4 for f in out["final"])
@@ -142,14 +171,17 @@ def test_sampling_temperature_tempers_each_copy():
     torch.manual_seed(0)
     policy = GRUPolicy(CharGRU(GRUConfig(embed=8, hidden=16)), 2)
     ids = torch.randint(3, 90, (1, 4, 6)).expand(2, -1, -1).contiguous()
-    comp, logp, _ = sample(policy, ids, torch.ones_like(ids), 3, torch.Generator().manual_seed(0),
-                           temperature=torch.tensor([1.0, 2.0]))
+    comp, logp, _ = sample(
+        policy, ids, torch.ones_like(ids), 3, torch.Generator().manual_seed(0), temperature=torch.tensor([1.0, 2.0])
+    )
     last, _ = policy.start(ids, torch.ones_like(ids))
     for a, t in enumerate((1.0, 2.0)):
         ref = torch.log_softmax(last[a].float() / t, -1).gather(-1, comp[a, :, :1])[:, 0]
         torch.testing.assert_close(logp[a, :, 0], ref)
     with pytest.raises(ValueError, match="temperature must be > 0"):
-        sample(policy, ids, torch.ones_like(ids), 3, torch.Generator().manual_seed(0), temperature=torch.tensor([1.0, 0.0]))
+        sample(
+            policy, ids, torch.ones_like(ids), 3, torch.Generator().manual_seed(0), temperature=torch.tensor([1.0, 0.0])
+        )
 
 
 def test_knob_arms_train_evaluate_and_are_selected_on_validation():
@@ -158,15 +190,25 @@ def test_knob_arms_train_evaluate_and_are_selected_on_validation():
     from agentpost.madrl.train import DiagConfig, Run, run_diagnostic, select_settings
 
     base, probs = _tiny_setup()
-    cfg = DiagConfig(steps=1, prompts_per_step=2, group_size=4, lr=1e-2, eval_prompts=2, eval_samples=3,
-                     max_new_chars=6)
+    cfg = DiagConfig(
+        steps=1, prompts_per_step=2, group_size=4, lr=1e-2, eval_prompts=2, eval_samples=3, max_new_chars=6
+    )
     runs = [Run("entropy", "u", 0, knob=0.1), Run("temperature", "u", 0, knob=1.5), Run("correctness", "u", 0)]
     assert [r.eval_temperature for r in runs] == [1.0, 1.5, 1.0]
     out = run_diagnostic(base, runs, {"u": [0.2] * 5}, probs, probs, cfg, sample_seed=0, progress=False)
     assert all(f["pooled_counts"].sum() == 6 for f in out["final"])
-    lr, knob, rows = select_settings(base, ("correctness", "entropy", "temperature"), {"u": [0.2] * 5}, probs,
-                                     probs, cfg, [1e-3, 1e-2], seed=0, progress=False,
-                                     knob_grids={"entropy": [0.1, 1.0], "temperature": [1.5]})
+    lr, knob, rows = select_settings(
+        base,
+        ("correctness", "entropy", "temperature"),
+        {"u": [0.2] * 5},
+        probs,
+        probs,
+        cfg,
+        [1e-3, 1e-2],
+        seed=0,
+        progress=False,
+        knob_grids={"entropy": [0.1, 1.0], "temperature": [1.5]},
+    )
     assert set(lr) == {"correctness", "entropy", "temperature"} and set(knob) == {"entropy", "temperature"}
     assert knob["entropy"] in (0.1, 1.0) and knob["temperature"] == 1.5
     assert len(rows) == 2 * (1 + 2 + 1)  # lr x (correctness, entropy x 2 knobs, temperature x 1 knob)
@@ -201,16 +243,20 @@ def test_learning_rate_selection_evaluates_on_validation_prompts_only():
 
     make, probs = _tiny_setup()
     validation = [Problem(f"validation {i} how much?", "<<2*3=6>>", 2) for i in range(3)]
-    cfg = DiagConfig(steps=1, prompts_per_step=2, group_size=4, lr=1e-2, eval_prompts=3, eval_samples=2,
-                     max_new_chars=6)
+    cfg = DiagConfig(
+        steps=1, prompts_per_step=2, group_size=4, lr=1e-2, eval_prompts=3, eval_samples=2, max_new_chars=6
+    )
     seen = []
+
     def spy(copies):
         policy = make(copies)
         encode = policy.encode
         policy.encode = lambda items: (seen.extend(items), encode(items))[1]
         return policy
-    chosen, rows = select_learning_rates(spy, ["correctness", "jsd"], {"u": [0.2] * 5}, probs, validation, cfg,
-                                         [1e-2, 1e-3], seed=0, progress=False)
+
+    chosen, rows = select_learning_rates(
+        spy, ["correctness", "jsd"], {"u": [0.2] * 5}, probs, validation, cfg, [1e-2, 1e-3], seed=0, progress=False
+    )
     assert set(chosen) == {"correctness", "jsd"} and set(chosen.values()) <= {1e-2, 1e-3}
     assert len(rows) == 4 and {r["lr"] for r in rows} == {1e-2, 1e-3}
     evaluated = {p.question for p in seen if p.question.startswith("validation")}
@@ -229,11 +275,18 @@ def test_two_seeds_are_two_replications():
 
     base = partial(GRUPolicy, load_char_gru())  # the committed checkpoint: it writes annotations of every category
     probs = [Problem(f"He buys {i + 2} boxes of 12 eggs. How many eggs?", "<<2*12=24>>", 2) for i in range(6)]
-    cfg = DiagConfig(steps=1, prompts_per_step=2, group_size=4, lr=1e-3, eval_prompts=3, eval_samples=16,
-                     max_new_chars=24)
-    out = {s: run_diagnostic(base, [Run("jsd", "u", s)], {"u": [0.2] * 5}, probs, probs, cfg, sample_seed=s,
-                             progress=False) for s in (42, 43)}
+    cfg = DiagConfig(
+        steps=1, prompts_per_step=2, group_size=4, lr=1e-3, eval_prompts=3, eval_samples=16, max_new_chars=24
+    )
+    out = {
+        s: run_diagnostic(
+            base, [Run("jsd", "u", s)], {"u": [0.2] * 5}, probs, probs, cfg, sample_seed=s, progress=False
+        )
+        for s in (42, 43)
+    }
     assert [p.question for p in out[42]["eval_items"]] == [p.question for p in out[43]["eval_items"]]
     a, b = (out[s]["final"][0] for s in (42, 43))
-    assert not (np.array_equal(a["jsd_per_prompt"], b["jsd_per_prompt"])
-                and np.array_equal(a["pooled_counts"], b["pooled_counts"]))
+    assert not (
+        np.array_equal(a["jsd_per_prompt"], b["jsd_per_prompt"])
+        and np.array_equal(a["pooled_counts"], b["pooled_counts"])
+    )

@@ -24,14 +24,19 @@ def _synthetic_split(n_users: int = 80, n_items: int = 60, seed: int = 0) -> Spl
         start, length = rng.integers(0, n_items), rng.integers(6, 30)
         seqs.append(((start + np.cumsum(rng.integers(1, 4, length))) % n_items + 1).astype(np.int64))
     users = np.arange(n_users)
-    return Split(train=[s[:-2] for s in seqs], train_times=[np.zeros(len(s) - 2, dtype=np.int64) for s in seqs],
-                 validation=EvalCase(users, [s[:-2] for s in seqs], np.array([s[-2] for s in seqs])),
-                 test=EvalCase(users, [s[:-1] for s in seqs], np.array([s[-1] for s in seqs])), stats={})
+    return Split(
+        train=[s[:-2] for s in seqs],
+        train_times=[np.zeros(len(s) - 2, dtype=np.int64) for s in seqs],
+        validation=EvalCase(users, [s[:-2] for s in seqs], np.array([s[-2] for s in seqs])),
+        test=EvalCase(users, [s[:-1] for s in seqs], np.array([s[-1] for s in seqs])),
+        stats={},
+    )
 
 
 def _base(n_items: int = 60) -> MuSeRConfig:
-    return MuSeRConfig(n_items=n_items, dim=8, max_len=12, recent_len=3, mid_len=4, strides=(1, 2, 4),
-                       num_interests=3, dropout=0.0)
+    return MuSeRConfig(
+        n_items=n_items, dim=8, max_len=12, recent_len=3, mid_len=4, strides=(1, 2, 4), num_interests=3, dropout=0.0
+    )
 
 
 def _runs(device=None):
@@ -70,11 +75,20 @@ def test_history_length_table_by_hand():
     split = Split(train=[], train_times=[], validation=case, test=case, stats={})
     assert history_lengths(split).tolist() == lens
     row = history_length_table({"toy": split}, {"L_r": 3, "L": 10}).iloc[0].to_dict()
-    assert row == {"data": "toy", "evaluated users": 4, "median": 6.5, "p90": pytest.approx(11.1), "max": 12,
-                   "users > L_r": 3, "share > L_r": 0.75, "users > L": 1, "share > L": 0.25}
+    assert row == {
+        "data": "toy",
+        "evaluated users": 4,
+        "median": 6.5,
+        "p90": pytest.approx(11.1),
+        "max": 12,
+        "users > L_r": 3,
+        "share > L_r": 0.75,
+        "users > L": 1,
+        "share > L": 0.25,
+    }
 
 
-CUDA_TOLERANCE = 0.04   # absolute, on a mean Recall@10 / NDCG@10 over 80 users: about three users flipped
+CUDA_TOLERANCE = 0.04  # absolute, on a mean Recall@10 / NDCG@10 over 80 users: about three users flipped
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (torch.cuda.is_available() is False)")

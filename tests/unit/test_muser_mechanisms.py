@@ -6,10 +6,24 @@ import numpy as np
 import pytest
 import torch
 
-from agentpost.muser.compression import (FAR, MID, RECENT, compress, compressed_length, pool_blocks, segment_ids,
-                                         segment_lengths)
-from agentpost.muser.interests import (adaptive_score, interest_attention, interest_cosines, interest_weights,
-                                       multi_query_interests, orthogonality_penalty)
+from agentpost.muser.compression import (
+    FAR,
+    MID,
+    RECENT,
+    compress,
+    compressed_length,
+    pool_blocks,
+    segment_ids,
+    segment_lengths,
+)
+from agentpost.muser.interests import (
+    adaptive_score,
+    interest_attention,
+    interest_cosines,
+    interest_weights,
+    multi_query_interests,
+    orthogonality_penalty,
+)
 from agentpost.muser.loss import alignment_infonce, next_k_contrastive
 from agentpost.muser.train import ranking_metrics, target_ranks
 
@@ -37,14 +51,17 @@ def test_mean_pooling_block_means_permutation_and_order():
     x = torch.arange(1.0, 11.0).view(1, 10, 1)
     m = torch.ones(1, 10, dtype=torch.bool)
     z, zm = compress(x, m, recent_len=2, mid_len=4, strides=(1, 2, 4))
-    assert z.flatten().tolist() == [2.5, 5.5, 7.5, 9.0, 10.0]          # mean(1..4); mean(5,6); mean(7,8); raw 9, 10
+    assert z.flatten().tolist() == [2.5, 5.5, 7.5, 9.0, 10.0]  # mean(1..4); mean(5,6); mean(7,8); raw 9, 10
     # permuting inside a block leaves the token unchanged; swapping across blocks changes it
-    perm = x.clone(); perm[0, [0, 3]] = perm[0, [3, 0]]
+    perm = x.clone()
+    perm[0, [0, 3]] = perm[0, [3, 0]]
     assert torch.equal(compress(perm, m, 2, 4, (1, 2, 4))[0], z)
-    swap = x.clone(); swap[0, [4, 6]] = swap[0, [6, 4]]
+    swap = x.clone()
+    swap[0, [4, 6]] = swap[0, [6, 4]]
     assert not torch.equal(compress(swap, m, 2, 4, (1, 2, 4))[0], z)
     # padding (left) is excluded from the mean; an all-padding block becomes a padding token
-    pm = m.clone(); pm[0, :3] = False
+    pm = m.clone()
+    pm[0, :3] = False
     zp, zmp = compress(x, pm, 2, 4, (1, 2, 4))
     assert zp[0, 0, 0].item() == 4.0 and zmp.tolist() == [[True, True, True, True, True]]
     pm[0, :4] = False
@@ -56,13 +73,15 @@ def test_mean_pooling_block_means_permutation_and_order():
 
 def test_attentive_pooling_is_a_softmax_over_real_positions():
     x = torch.tensor([[[1.0, 0.0], [0.0, 1.0]]])
-    w = torch.tensor([math.log(3.0), 0.0])                              # weights e^{w.e}: 3 and 1 -> 0.75 / 0.25
+    w = torch.tensor([math.log(3.0), 0.0])  # weights e^{w.e}: 3 and 1 -> 0.75 / 0.25
     z, _ = pool_blocks(x, torch.ones(1, 2, dtype=torch.bool), 2, pool="attentive", attn=w)
     assert torch.allclose(z, torch.tensor([[[0.75, 0.25]]]))
     z, _ = pool_blocks(x, torch.tensor([[False, True]]), 2, pool="attentive", attn=w)
     assert torch.allclose(z, torch.tensor([[[0.0, 1.0]]]))
-    assert torch.allclose(pool_blocks(x, torch.ones(1, 2, dtype=torch.bool), 2, pool="attentive",
-                                      attn=torch.zeros(2))[0], pool_blocks(x, torch.ones(1, 2, dtype=torch.bool), 2)[0])
+    assert torch.allclose(
+        pool_blocks(x, torch.ones(1, 2, dtype=torch.bool), 2, pool="attentive", attn=torch.zeros(2))[0],
+        pool_blocks(x, torch.ones(1, 2, dtype=torch.bool), 2)[0],
+    )
 
 
 @pytest.mark.claim("muser", "C2")
@@ -73,17 +92,19 @@ def test_interest_attention_rows_sum_to_one_masking_and_constant_h():
     mask = torch.tensor([[True] * 5, [False, False, True, True, True]])
     a = interest_attention(q, h, mask)
     assert torch.allclose(a.sum(-1), torch.ones(2, 3))
-    assert torch.all(a[1, :, :2] == 0)                                  # padding gets exactly zero weight
+    assert torch.all(a[1, :, :2] == 0)  # padding gets exactly zero weight
     # changing padded rows of H does not change any interest
-    h2 = h.clone(); h2[1, :2] = 100.0
+    h2 = h.clone()
+    h2[1, :2] = 100.0
     assert torch.allclose(multi_query_interests(q, h2, mask)[1], multi_query_interests(q, h, mask)[1])
     # all rows equal to h -> every u_m = h
     hc = torch.tensor([0.3, -1.0, 2.0, 0.5]).expand(1, 5, 4)
     u = multi_query_interests(q, hc, torch.ones(1, 5, dtype=torch.bool))
     assert torch.allclose(u, hc[:, :3])
     # worked example: q = (1, 0), H = ((2, 0), (0, 0)), d = 2 -> logits (2/sqrt2, 0), a = (0.8044, 0.1956)
-    a = interest_attention(torch.tensor([[1.0, 0.0]]), torch.tensor([[[2.0, 0.0], [0.0, 0.0]]]),
-                           torch.ones(1, 2, dtype=torch.bool))
+    a = interest_attention(
+        torch.tensor([[1.0, 0.0]]), torch.tensor([[[2.0, 0.0], [0.0, 0.0]]]), torch.ones(1, 2, dtype=torch.bool)
+    )
     assert a.flatten().tolist() == pytest.approx([0.80443, 0.19557], abs=1e-5)
 
 
@@ -109,10 +130,10 @@ def test_adaptive_score_worked_example_and_bounds():
 def test_orthogonality_penalty_worked_examples():
     orth = torch.tensor([[[1.0, 0.0], [0.0, 3.0]]])
     assert orthogonality_penalty(orth).item() == pytest.approx(0.0)
-    u = torch.tensor([[[1.0, 0.0], [1.0, 1.0]]])                        # u_2 = (1,1) normalised -> (1,1)/sqrt 2
-    assert orthogonality_penalty(u, "normalized").item() == pytest.approx(1.0)        # 2 x 0.5
-    assert orthogonality_penalty(u, "raw").item() == pytest.approx(2.0)               # 2 x 1^2
-    assert orthogonality_penalty(u, "mean_gram").item() == pytest.approx(0.25)        # (0 + .5 + .5 + 0)/4
+    u = torch.tensor([[[1.0, 0.0], [1.0, 1.0]]])  # u_2 = (1,1) normalised -> (1,1)/sqrt 2
+    assert orthogonality_penalty(u, "normalized").item() == pytest.approx(1.0)  # 2 x 0.5
+    assert orthogonality_penalty(u, "raw").item() == pytest.approx(2.0)  # 2 x 1^2
+    assert orthogonality_penalty(u, "mean_gram").item() == pytest.approx(0.25)  # (0 + .5 + .5 + 0)/4
     with pytest.raises(ValueError, match="ortho form"):
         orthogonality_penalty(u, "mi")
 
@@ -125,9 +146,13 @@ def test_next_k_contrastive_worked_example_and_masks():
     assert next_k_contrastive(pos, neg).item() == pytest.approx(want, abs=1e-6)
     # a masked positive drops out of the mean; a masked negative drops out of the denominator
     assert next_k_contrastive(pos, neg, torch.tensor([[True, False]])).item() == pytest.approx(
-        -math.log(math.e**2 / (math.e**2 + 2)), abs=1e-6)
-    assert next_k_contrastive(pos, torch.tensor([[0.0, 50.0]]), neg_mask=torch.tensor([[True, False]])).item() == \
-        pytest.approx(-0.5 * (math.log(math.e**2 / (math.e**2 + 1)) + math.log(math.e / (math.e + 1))), abs=1e-6)
+        -math.log(math.e**2 / (math.e**2 + 2)), abs=1e-6
+    )
+    assert next_k_contrastive(
+        pos, torch.tensor([[0.0, 50.0]]), neg_mask=torch.tensor([[True, False]])
+    ).item() == pytest.approx(
+        -0.5 * (math.log(math.e**2 / (math.e**2 + 1)) + math.log(math.e / (math.e + 1))), abs=1e-6
+    )
 
 
 @pytest.mark.claim("muser", "C3")
@@ -138,8 +163,8 @@ def test_alignment_infonce_worked_example():
 
 
 def test_full_catalogue_ranks_mask_seen_items_and_break_ties_by_index():
-    scores = torch.tensor([[0.9, 0.5, 0.7, 0.5, 0.1]])                  # items 1..5
-    assert target_ranks(scores, torch.tensor([4]), [np.array([])]).tolist() == [3]     # 0.9, 0.7, item 2 tie
+    scores = torch.tensor([[0.9, 0.5, 0.7, 0.5, 0.1]])  # items 1..5
+    assert target_ranks(scores, torch.tensor([4]), [np.array([])]).tolist() == [3]  # 0.9, 0.7, item 2 tie
     assert target_ranks(scores, torch.tensor([4]), [np.array([1, 2])]).tolist() == [1]
     m = ranking_metrics(np.array([0, 9, 10, 49, 50]))
     assert m["recall@10"].tolist() == [1, 1, 0, 0, 0] and m["recall@50"].tolist() == [1, 1, 1, 1, 0]

@@ -7,8 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from agentpost.data.movietweetings import (EvalCase, Movie, leave_last_out,
-                                           load_interactions, time_split)
+from agentpost.data.movietweetings import EvalCase, Movie, leave_last_out, load_interactions, time_split
 from agentpost.muser.diagnostic import ARMS, arm_config, item_texts
 from agentpost.muser.model import ComiRecSA, MuSeR, MuSeRConfig, SASRec, build_model
 from agentpost.muser.serving import build_replay, cached_scores, policy_lengths, refresh_lengths, replay_policy
@@ -16,8 +15,7 @@ from agentpost.muser.train import TrainConfig, batch_loss, evaluate, history_win
 
 
 def _cfg(**kw):
-    base = dict(n_items=30, dim=8, max_len=12, recent_len=3, mid_len=4, strides=(1, 2, 4), num_interests=3,
-                dropout=0.0)
+    base = dict(n_items=30, dim=8, max_len=12, recent_len=3, mid_len=4, strides=(1, 2, 4), num_interests=3, dropout=0.0)
     return MuSeRConfig(**{**base, **kw})
 
 
@@ -30,7 +28,7 @@ def test_padding_never_changes_the_interests():
     both = torch.cat([hist, torch.arange(1, 13)[None]])
     assert torch.allclose(m(both)[0], u[0], atol=1e-6)
     with torch.no_grad():
-        m.items.id_emb.weight[0] = 5.0                                   # padding row (never read: masked)
+        m.items.id_emb.weight[0] = 5.0  # padding row (never read: masked)
     assert torch.allclose(m(hist), u, atol=1e-6)
 
 
@@ -47,7 +45,7 @@ def test_serving_form_fresh_cache_equals_offline_exactly_and_gate():
 
 
 def test_refresh_policies():
-    n = np.arange(5, 11)                                                 # six requests, n0 = 5
+    n = np.arange(5, 11)  # six requests, n0 = 5
     t = np.array([10, 20, 30, 100, 110, 250])
     assert refresh_lengths(n, t, 5, 0, "never", 0).tolist() == [5] * 6
     assert refresh_lengths(n, t, 5, 0, "actions", 1).tolist() == n.tolist()
@@ -66,16 +64,18 @@ def test_cache_gap_zero_without_drift_and_grows_with_interval_under_drift():
     torch.manual_seed(0)
     m = MuSeR(_cfg(max_len=24, recent_len=2, mid_len=6, split_serving=True)).eval()
     with torch.no_grad():
-        m.pos.zero_(); m.seg_emb.weight.zero_()
+        m.pos.zero_()
+        m.seg_emb.weight.zero_()
     drift = np.concatenate([np.tile(np.arange(1, 11), 2), np.arange(21, 31), np.arange(21, 31)])
     steady = np.full(40, 7)
     for seq, drifting in ((drift, True), (steady, False)):
-        case = EvalCase(np.zeros(20, dtype=np.int64), [seq[:j] for j in range(20, 40)], seq[20:40],
-                        np.arange(20, 40))
+        case = EvalCase(np.zeros(20, dtype=np.int64), [seq[:j] for j in range(20, 40)], seq[20:40], np.arange(20, 40))
         rep = build_replay(case, 20)
         fresh = cached_scores(m, rep.histories, rep.n)
-        gaps = [float((cached_scores(m, rep.histories, policy_lengths(rep, 20, "actions", k)) - fresh).abs().mean())
-                for k in (1, 3, 8, 20)]
+        gaps = [
+            float((cached_scores(m, rep.histories, policy_lengths(rep, 20, "actions", k)) - fresh).abs().mean())
+            for k in (1, 3, 8, 20)
+        ]
         assert gaps[0] == 0.0
         if drifting:
             assert gaps[1] < gaps[2] < gaps[3]
@@ -107,8 +107,7 @@ def test_training_step_reduces_loss_and_sasrec_is_causal():
     seqs = [((np.arange(8) + s) % 30) + 1 for s in range(30)]
     cfg = _cfg(semantic=True, align_weight=0.1, ortho_lambda=0.1)
     sem = torch.randn(30, 16, generator=torch.Generator().manual_seed(0))
-    model, hist, *_ = train_model(cfg, TrainConfig(epochs=15, batch_size=64, n_sampled=8), seqs, 0, sem,
-                                 progress=False)
+    model, hist, *_ = train_model(cfg, TrainConfig(epochs=15, batch_size=64, n_sampled=8), seqs, 0, sem, progress=False)
     assert hist[-1]["next_k"] < hist[0]["next_k"] and {"ortho", "align"} <= set(hist[0])
     m = evaluate(model, [s[:-1] for s in seqs], np.array([s[-1] for s in seqs]))
     assert m["recall@10"].mean() > 10 / 30
@@ -125,14 +124,14 @@ def test_comirec_sa_interests_by_hand():
     m = build_model(cfg)
     assert isinstance(m, ComiRecSA)
     with torch.no_grad():
-        m.items.id_emb.weight[1:4] = torch.tensor([[3.0, 4.0], [1.0, 0.0], [0.0, 2.0]])   # unit rows after normalising
+        m.items.id_emb.weight[1:4] = torch.tensor([[3.0, 4.0], [1.0, 0.0], [0.0, 2.0]])  # unit rows after normalising
         m.pos.zero_()
         for layer in (m.w1, m.w2):
             layer.weight.zero_()
             layer.bias.zero_()
-        m.w1.weight[0, 0] = 1.0                                                           # hidden_0 = x_0
-        m.w2.weight[1, 0] = 2.0                                                           # logit_1 = 2 tanh(x_0)
-    hist = torch.tensor([[0, 1, 2]])              # items (0.6, 0.8) and (1, 0) after normalisation; slot 0 padding
+        m.w1.weight[0, 0] = 1.0  # hidden_0 = x_0
+        m.w2.weight[1, 0] = 2.0  # logit_1 = 2 tanh(x_0)
+    hist = torch.tensor([[0, 1, 2]])  # items (0.6, 0.8) and (1, 0) after normalisation; slot 0 padding
     a = m.attention(hist)
     # interest 0: uniform over the two items; interest 1: softmax(2 tanh 0.6, 2 tanh 1.0) = softmax(1.0740, 1.5232)
     w = torch.softmax(torch.tensor([2 * np.tanh(0.6), 2 * np.tanh(1.0)]), 0)
@@ -140,9 +139,11 @@ def test_comirec_sa_interests_by_hand():
     assert a[0, 0, 1:].tolist() == pytest.approx([0.5, 0.5]) and a[0, 1, 1:].tolist() == pytest.approx(w.tolist())
     u = m(hist).detach()
     assert u[0, 0].tolist() == pytest.approx([0.8, 0.4])
-    assert u[0, 1].tolist() == pytest.approx((w[0] * torch.tensor([0.6, 0.8]) + w[1] * torch.tensor([1.0, 0.0])).tolist())
+    assert u[0, 1].tolist() == pytest.approx(
+        (w[0] * torch.tensor([0.6, 0.8]) + w[1] * torch.tensor([1.0, 0.0])).tolist()
+    )
     # an item's score is its best interest's cosine / tau
-    e = m.items(torch.tensor([3]))                 # (0, 1)
+    e = m.items(torch.tensor([3]))  # (0, 1)
     cos = [float(u[0, k, 1] / u[0, k].norm()) for k in range(2)]
     assert m.score(u, e).item() == pytest.approx(max(cos) / cfg.tau, rel=1e-5)
 
@@ -154,10 +155,11 @@ def test_comirec_sa_ignores_padding_and_trains():
     with torch.no_grad():
         m.items.id_emb.weight[0] = 5.0
     assert torch.allclose(m(torch.cat([hist, torch.arange(1, 13)[None]]))[0], m(hist)[0], atol=1e-6)
-    assert torch.isfinite(m(torch.zeros(1, 12, dtype=torch.long))).all()          # an empty window stays finite
+    assert torch.isfinite(m(torch.zeros(1, 12, dtype=torch.long))).all()  # an empty window stays finite
     seqs = [((np.arange(8) + s) % 30) + 1 for s in range(30)]
-    _, hist_log, *_ = train_model(_cfg(kind="comirec_sa"), TrainConfig(epochs=10, batch_size=64, n_sampled=8), seqs, 0,
-                                  progress=False)
+    _, hist_log, *_ = train_model(
+        _cfg(kind="comirec_sa"), TrainConfig(epochs=10, batch_size=64, n_sampled=8), seqs, 0, progress=False
+    )
     assert hist_log[-1]["next_k"] < hist_log[0]["next_k"]
 
 
@@ -191,7 +193,9 @@ def test_movietweetings_matches_source_md():
     assert all(t < ts.stats["val_cut"] for tt in ts.train_times for t in tt)
     assert np.all(ts.test.time >= ts.stats["test_cut"]) and all(len(h) >= 1 for h in ts.test.history)
     sub = load_interactions(user_fraction=0.25)
-    assert 0.2 < len(sub.items) / 16_554 < 0.3 and np.array_equal(sub.users, load_interactions(user_fraction=0.25).users)
+    assert 0.2 < len(sub.items) / 16_554 < 0.3 and np.array_equal(
+        sub.users, load_interactions(user_fraction=0.25).users
+    )
     assert "Genres:" in data.texts()[0]
     with pytest.raises(ValueError, match="min_eval_len"):
         leave_last_out(data, min_eval_len=2)

@@ -11,8 +11,22 @@ import torch.nn.functional as F
 from agentpost.data.gsm8k import Expression
 from agentpost.models import arith_lm as A
 from agentpost.opsd import (
-    ArmConfig, Gates, accept, answers_match, data_order, distill_loss, divergence, fixed_incorrect, gate_results,
-    has_reflection, make_sync, probe, response_logits, response_mask, srcl_loss, train_arm,
+    ArmConfig,
+    Gates,
+    accept,
+    answers_match,
+    data_order,
+    distill_loss,
+    divergence,
+    fixed_incorrect,
+    gate_results,
+    has_reflection,
+    make_sync,
+    probe,
+    response_logits,
+    response_mask,
+    srcl_loss,
+    train_arm,
 )
 
 Q = torch.tensor([0.7, 0.2, 0.1]).log()
@@ -43,10 +57,17 @@ def test_unknown_divergence_and_shape_errors():
 
 def _tiny(seed=0):
     torch.manual_seed(seed)
-    cfg = A.config(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
-                   num_key_value_heads=1, head_dim=16)
+    cfg = A.config(
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=16,
+    )
     cfg._attn_implementation = "eager"
     import transformers
+
     return transformers.Qwen3ForCausalLM(cfg).eval()
 
 
@@ -77,13 +98,15 @@ def test_response_logits_align_and_padding_is_ignored(tok):
     other = logits.clone()
     other[1, 1:] += 5.0
     assert distill_loss(logits.detach(), other, mask).item() == pytest.approx(
-        distill_loss(logits.detach(), logits, mask).item(), abs=1e-6)
+        distill_loss(logits.detach(), logits, mask).item(), abs=1e-6
+    )
 
 
 def test_dce_per_sequence_mean_not_token_mean():
     # spec mechanism test 5: per-position KLs [1, 1] and [3] -> mean(1, 3) = 2, not 5/3.
     # With q = (e^-1... ) we build logits whose forward KL is exactly the wanted value via a direct aggregate check.
     from agentpost.rl import aggregate
+
     per_pos = torch.tensor([[1.0, 1.0], [3.0, 0.0]])
     mask = torch.tensor([[1.0, 1.0], [1.0, 0.0]])
     assert aggregate(per_pos, mask, "seq_mean_token_mean").item() == pytest.approx(2.0)
@@ -212,18 +235,21 @@ def _gates(text=CLEAN, n=None, ended=True, source=200, ref="24", **g):
 
 
 @pytest.mark.claim("opsd", "C2")
-@pytest.mark.parametrize("gate,bad", [
-    ("shorter", dict(source=N_CLEAN)),                                  # not strictly shorter than the source
-    ("natural_eos", dict(ended=False)),                                 # truncated, no EOS
-    ("no_reflection", dict(text=CLEAN.replace("Here", "Wait,"))),       # reflection word
-    ("no_reflection", dict(text=CLEAN.replace("Here", "Let me DOUBLE-CHECK:"))),
-    ("min_tokens", dict(text="48/2 = 24. \\boxed{24}")),                 # 22 tokens < 32
-    ("final_box_correct", dict(ref="25")),                              # final box wrong
-    ("final_box_correct", dict(text=CLEAN.replace("\\boxed{24}", "24"))),  # no box at all
-    ("no_earlier_wrong_box", dict(text="First \\boxed{23} then 48/2 = 24 again. The answer is \\boxed{24}.")),
-    ("max_tokens", dict(max_tokens=40)),
-    ("no_repetition", dict(text="48/2 = 24. 48/2 = 24. 48/2 = 24. The answer is \\boxed{24}.")),
-])
+@pytest.mark.parametrize(
+    "gate,bad",
+    [
+        ("shorter", dict(source=N_CLEAN)),  # not strictly shorter than the source
+        ("natural_eos", dict(ended=False)),  # truncated, no EOS
+        ("no_reflection", dict(text=CLEAN.replace("Here", "Wait,"))),  # reflection word
+        ("no_reflection", dict(text=CLEAN.replace("Here", "Let me DOUBLE-CHECK:"))),
+        ("min_tokens", dict(text="48/2 = 24. \\boxed{24}")),  # 22 tokens < 32
+        ("final_box_correct", dict(ref="25")),  # final box wrong
+        ("final_box_correct", dict(text=CLEAN.replace("\\boxed{24}", "24"))),  # no box at all
+        ("no_earlier_wrong_box", dict(text="First \\boxed{23} then 48/2 = 24 again. The answer is \\boxed{24}.")),
+        ("max_tokens", dict(max_tokens=40)),
+        ("no_repetition", dict(text="48/2 = 24. 48/2 = 24. 48/2 = 24. The answer is \\boxed{24}.")),
+    ],
+)
 def test_each_gate_rejects_its_case_and_the_clean_rewrite_passes(gate, bad):
     clean = _gates()
     assert all(clean.values()), clean
@@ -241,13 +267,25 @@ def test_min_tokens_threshold_is_a_parameter():
         Gates(min_tokens=0)
 
 
-@pytest.mark.parametrize("answer,reference", [
-    (" 24 ", "24.0"), ("24", "24.0"), ("3:4", "3/4"), ("A", "a"),       # whitespace, trailing .0, ratio, case
-    ("1,000", "1000"), ("1,000,000", "1000000"),                          # thousands separators
-    ("$18", "18"), ("\\$18", "18"), ("\\$1,000.00", "1000"),            # dollar signs (plain and LaTeX-escaped)
-    ("\\frac{1}{2}", "0.5"), ("1/2", "0.5"), ("2/4", "\\frac{1}{2}"),    # fractions
-    ("18.", "18"), ("2.50", "2.5"),                                       # trailing dot and zeros
-])
+@pytest.mark.parametrize(
+    "answer,reference",
+    [
+        (" 24 ", "24.0"),
+        ("24", "24.0"),
+        ("3:4", "3/4"),
+        ("A", "a"),  # whitespace, trailing .0, ratio, case
+        ("1,000", "1000"),
+        ("1,000,000", "1000000"),  # thousands separators
+        ("$18", "18"),
+        ("\\$18", "18"),
+        ("\\$1,000.00", "1000"),  # dollar signs (plain and LaTeX-escaped)
+        ("\\frac{1}{2}", "0.5"),
+        ("1/2", "0.5"),
+        ("2/4", "\\frac{1}{2}"),  # fractions
+        ("18.", "18"),
+        ("2.50", "2.5"),  # trailing dot and zeros
+    ],
+)
 def test_answers_match_equal_answers(answer, reference):
     assert answers_match(answer, reference)
 
@@ -344,8 +382,9 @@ def test_train_arm_runs_and_live_teacher_follows(tok):
     model = _tiny()
     exprs = [Expression("1+2", "3"), Expression("4*2", "8"), Expression("9-5", "4")]
     cfg = ArmConfig(teacher_mode="frozen", srcl=True, batch=2, updates=2, max_new_tokens=8, lr=1e-2)
-    student, log = train_arm(model, tok, exprs, cfg, seed=0, probe_items=fixed_incorrect(exprs, 2), probe_every=1,
-                             progress=False)
+    student, log = train_arm(
+        model, tok, exprs, cfg, seed=0, probe_items=fixed_incorrect(exprs, 2), probe_every=1, progress=False
+    )
     assert len(log["loss_g"]) == 2 and len(log["probe"]) == 3 and all(np.isfinite(log["loss_g"]))
     assert len(log["loss_s"]) == 2 and all(np.isfinite(log["loss_s"]))
     changed = any(not torch.equal(p, q) for p, q in zip(student.parameters(), model.parameters()))
@@ -372,15 +411,25 @@ def test_srcl_gradient_with_an_accepted_rewrite(tok, monkeypatch):
         for p in prompts:
             e = good if "Compute 48+24." in p else bad
             text = rewrites[e.text] if "Previous answer:" in p else A.response(e, "verbose")
-            out.append({"ids": tok_(text, add_special_tokens=False).input_ids + [tok_.eos_token_id], "text": text,
-                        "eos": True})
+            out.append(
+                {"ids": tok_(text, add_special_tokens=False).input_ids + [tok_.eos_token_id], "text": text, "eos": True}
+            )
         return out
 
     monkeypatch.setattr(T.A, "generate", fake_generate)
     model = _tiny(seed=1)
     lr, eps = 1e-3, 1e-8
-    cfg = ArmConfig(teacher_mode="frozen", srcl=True, batch=2, updates=1, lr=lr, lambda_g=0.0, lambda_s=1.0,
-                    grad_clip=1e9, max_new_tokens=200)
+    cfg = ArmConfig(
+        teacher_mode="frozen",
+        srcl=True,
+        batch=2,
+        updates=1,
+        lr=lr,
+        lambda_g=0.0,
+        lambda_s=1.0,
+        grad_clip=1e9,
+        max_new_tokens=200,
+    )
     student, log = train_arm(model, tok, [good, bad], cfg, seed=0, progress=False)
     assert log["accepted"] == [1] and log["gate_failures"]["final_box_correct"] == 1
     assert sum(log["gate_failures"].values()) == 1  # the rejected rewrite fails the correctness gate only
@@ -409,16 +458,32 @@ def test_a100_path_pretrains_and_trains_on_the_given_device(tmp_path):
     from agentpost.opsd.diagnostic import arm_grid, run_arms
 
     device = "cpu"
-    arch = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
-                num_key_value_heads=1, head_dim=16)
+    arch = dict(
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=16,
+    )
     receipt = pretrain(tmp_path, Hyper(steps=2, batch=4, eval_items=2, max_new_tokens=8), arch=arch, device=device)
     assert receipt["architecture"]["hidden_size"] == 32 and receipt["device"].startswith(device)
     model0, tok = A.load(tmp_path)
     model0 = model0.to(device)
     exprs = list(arithmetic_split("train")[:8])
     arms = arm_grid(ArmConfig(batch=2, updates=2, max_new_tokens=8, sync_every=1), ema_decays=(0.3,))
-    runs = run_arms(model0, tok, exprs, {"test": arithmetic_split("test")[:2]}, arms, 0, probe_pool=exprs, n_probe=2,
-                    probe_every=1, progress=False)
+    runs = run_arms(
+        model0,
+        tok,
+        exprs,
+        {"test": arithmetic_split("test")[:2]},
+        arms,
+        0,
+        probe_pool=exprs,
+        n_probe=2,
+        probe_every=1,
+        progress=False,
+    )
     assert all(len(r["eval"]["test"]["correct"]) == 2 and len(r["log"]["probe"]) == 3 for r in runs.values())
     assert all(r["log"]["updates"] == 2 for r in runs.values())
     assert all(p.device.type == device for p in model0.parameters())
@@ -428,8 +493,17 @@ def test_arm_grid_holds_opsd_and_the_layout_contrast():
     from agentpost.opsd.diagnostic import arm_grid
 
     arms = arm_grid(ArmConfig(), ema_decays=(0.3, 0.7))
-    assert list(arms) == ["opsd", "frozen", "dce", "ema_0p3", "ema_0p7", "periodic", "dce_user", "frozen_srcl",
-                          "dce_srcl"]
+    assert list(arms) == [
+        "opsd",
+        "frozen",
+        "dce",
+        "ema_0p3",
+        "ema_0p7",
+        "periodic",
+        "dce_user",
+        "frozen_srcl",
+        "dce_srcl",
+    ]
     # C1's contrast: OPSD = frozen teacher with the user-side reference; DCE = live teacher, assistant-side
     assert (arms["opsd"].teacher_mode, arms["opsd"].teacher_layout) == ("frozen", "user")
     assert (arms["dce"].teacher_mode, arms["dce"].teacher_layout) == ("live", "assistant")
@@ -459,10 +533,12 @@ def test_topk_support_renormalises_over_the_teachers_top_tokens():
     assert divergence("forward_kl", t, s_).item() == pytest.approx(expected, abs=1e-6)
     mask = torch.ones(1, 1)
     assert distill_loss(Q[None, None], P[None, None], mask, kl_support="topk", topk=2).item() == pytest.approx(
-        expected, abs=1e-6)
+        expected, abs=1e-6
+    )
     # full support (and top-k = the vocabulary) is the plain divergence
     assert distill_loss(Q[None, None], P[None, None], mask, kl_support="topk", topk=3).item() == pytest.approx(
-        0.085123, abs=1e-6)
+        0.085123, abs=1e-6
+    )
     with pytest.raises(ValueError, match="topk"):
         restrict_support(Q[None], P[None], "topk", 0)
     with pytest.raises(ValueError, match="kl_support"):

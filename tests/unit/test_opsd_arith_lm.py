@@ -46,18 +46,21 @@ def test_response_styles_and_wrong_values():
         A.response(e, "poem")
 
 
-@pytest.mark.parametrize("line, pad", [
-    # by hand: 8+4 = 12 -> digit 2 carry 1; 4+2+1 = 7; 0+0 = 0 -> 072
-    ("48+24=72", "048+024: 8+4+0=2c1, 4+2+1=7c0, 0+0+0=0c0; 072"),
-    # 6-8 < 0 -> 16-8 = 8 borrow 1; 2-4-1 < 0 -> 12-5 = 7 borrow 1; 1-0-1 = 0 -> 078
-    ("126-48=78", "126-048: 6-8-0=8b1, 2-4-1=7b1, 1-0-1=0b0; 078"),
-    # 68*3: 8*3 = 24 -> 4 carry 2; 6*3+2 = 20 -> 0 carry 2; 0*3+2 = 2 -> 204 (the one-digit factor goes last)
-    ("3*68=204", "068*3: 8*3+0=4c2, 6*3+2=0c2, 0*3+2=2c0; 204"),
-    # long division 765/3: 7/3 = 2 r 1; 16/3 = 5 r 1; 15/3 = 5 r 0 -> 255
-    ("765/3=255", "765/3: 07/3=2r1, 16/3=5r1, 15/3=5r0; 255"),
-    ("48*15=720", None),  # two multi-digit factors: no scratchpad
-    ("252/12=21", None),  # a multi-digit divisor: no scratchpad
-])
+@pytest.mark.parametrize(
+    "line, pad",
+    [
+        # by hand: 8+4 = 12 -> digit 2 carry 1; 4+2+1 = 7; 0+0 = 0 -> 072
+        ("48+24=72", "048+024: 8+4+0=2c1, 4+2+1=7c0, 0+0+0=0c0; 072"),
+        # 6-8 < 0 -> 16-8 = 8 borrow 1; 2-4-1 < 0 -> 12-5 = 7 borrow 1; 1-0-1 = 0 -> 078
+        ("126-48=78", "126-048: 6-8-0=8b1, 2-4-1=7b1, 1-0-1=0b0; 078"),
+        # 68*3: 8*3 = 24 -> 4 carry 2; 6*3+2 = 20 -> 0 carry 2; 0*3+2 = 2 -> 204 (the one-digit factor goes last)
+        ("3*68=204", "068*3: 8*3+0=4c2, 6*3+2=0c2, 0*3+2=2c0; 204"),
+        # long division 765/3: 7/3 = 2 r 1; 16/3 = 5 r 1; 15/3 = 5 r 0 -> 255
+        ("765/3=255", "765/3: 07/3=2r1, 16/3=5r1, 15/3=5r0; 255"),
+        ("48*15=720", None),  # two multi-digit factors: no scratchpad
+        ("252/12=21", None),  # a multi-digit divisor: no scratchpad
+    ],
+)
 def test_scratchpad_worked_by_hand(line, pad):
     text, result = line.split("=")
     e = Expression(text, result)
@@ -107,8 +110,14 @@ def test_pretraining_examples_cover_the_three_roles():
 def test_pretraining_script_runs_and_writes_a_loadable_checkpoint(tmp_path):
     from agentpost.models.train_arith_lm import Hyper, train
 
-    arch = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
-                num_key_value_heads=1, head_dim=16)
+    arch = dict(
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=16,
+    )
     receipt = train(tmp_path, Hyper(steps=2, batch=4, eval_items=2, max_new_tokens=8, warmup_steps=1), arch=arch)
     assert receipt["task"]["splits"] == {"train": 4324, "validation": 498, "test": 464}
     assert receipt["evaluation_greedy"]["test"]["items"] == 2

@@ -14,9 +14,11 @@ from agentpost.opsd import ArmConfig, Gates, GSM8KChat, make_sync, train_arm, tr
 from agentpost.opsd.diagnostic import arm_grid, run_arms
 
 # A Qwen3-style chat template (non-thinking mode opens the assistant turn with an empty think block).
-CHAT_TEMPLATE = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
-                 "{% if add_generation_prompt %}<|im_start|>assistant\n{% if enable_thinking is defined and "
-                 "not enable_thinking %}<think>\n\n</think>\n\n{% endif %}{% endif %}")
+CHAT_TEMPLATE = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% if enable_thinking is defined and "
+    "not enable_thinking %}<think>\n\n</think>\n\n{% endif %}{% endif %}"
+)
 
 
 def save_tiny_qwen3(folder) -> str:
@@ -25,10 +27,20 @@ def save_tiny_qwen3(folder) -> str:
     tok = A.build_tokenizer()
     tok.eos_token = "<|im_end|>"
     tok.chat_template = CHAT_TEMPLATE
-    cfg = transformers.Qwen3Config(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                                   num_attention_heads=4, num_key_value_heads=2, head_dim=8,
-                                   max_position_embeddings=4096, tie_word_embeddings=True,
-                                   pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id, bos_token_id=None)
+    cfg = transformers.Qwen3Config(
+        vocab_size=len(tok),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=8,
+        max_position_embeddings=4096,
+        tie_word_embeddings=True,
+        pad_token_id=tok.pad_token_id,
+        eos_token_id=tok.eos_token_id,
+        bos_token_id=None,
+    )
     torch.manual_seed(0)
     transformers.Qwen3ForCausalLM(cfg).save_pretrained(folder)
     tok.save_pretrained(folder)
@@ -51,7 +63,10 @@ JANET = gsm8k.problems("test")[0]
 
 def test_gsm8k_problem_fields_and_splits():
     assert gsm8k.final_answer(JANET["answer"]) == "18"
-    assert gsm8k.solution(JANET["answer"]).splitlines()[1] == "She makes 9 * 2 = $18 every day at the farmer\u2019s market."
+    assert (
+        gsm8k.solution(JANET["answer"]).splitlines()[1]
+        == "She makes 9 * 2 = $18 every day at the farmer\u2019s market."
+    )
     assert gsm8k.final_answer("so 1,000 in all\n#### 1,000") == "1000"
     train, val = gsm8k.problem_split("train"), gsm8k.problem_split("validation")
     assert len(train) + len(val) == len(gsm8k.problems("train")) and 0.05 < len(val) / len(train) < 0.15
@@ -70,9 +85,17 @@ def test_gsm8k_chat_roles_and_answer_check(lora_model):
     assert a.startswith(s) and "Reference solution:\nJanet sells 16 - 3 - 4 = 9 duck eggs" in a.split(s)[1]
     assert "<<" not in a and "The answer is \\boxed{18}." in a
     assert "Reference solution:" in u.split("<|im_start|>assistant")[0] and u.endswith("</think>\n\n")
-    assert "Previous answer:\nmy try" in task.refine_prompt(JANET, "my try") and "Reference" not in task.refine_prompt(JANET, "x")
-    for text, ok in (("so \\boxed{18}", True), ("\\boxed{\\$18}", True), ("\\boxed{18.0}.", True),
-                     ("\\boxed{17} then \\boxed{18}", True), ("\\boxed{18} then \\boxed{17}", False), ("18", False)):
+    assert "Previous answer:\nmy try" in task.refine_prompt(JANET, "my try") and "Reference" not in task.refine_prompt(
+        JANET, "x"
+    )
+    for text, ok in (
+        ("so \\boxed{18}", True),
+        ("\\boxed{\\$18}", True),
+        ("\\boxed{18.0}.", True),
+        ("\\boxed{17} then \\boxed{18}", True),
+        ("\\boxed{18} then \\boxed{17}", False),
+        ("18", False),
+    ):
         assert task.is_correct(text, JANET) is ok, text
     assert task.wrong_answer(JANET, np.random.default_rng(0)) != "18"
     end, revision = task.probe_texts(JANET, "17")
@@ -95,12 +118,15 @@ def test_lora_trains_only_adapters_and_starts_as_the_base(tiny_hub, lora_model):
 
 
 @pytest.mark.claim("opsd", "C3")
-@pytest.mark.parametrize("policy, kw, expected", [
-    ("frozen", {}, [0.0, 0.0, 0.0]),            # the initial adapters: B = 0
-    ("live", {}, [1.0, 2.0, 3.0]),              # the student's adapters after each step
-    ("ema", dict(ema_decay=0.3), [0.7, 1.61, 2.583]),  # 0.3*0 + 0.7*1; 0.3*0.7 + 0.7*2; 0.3*1.61 + 0.7*3
-    ("periodic", dict(sync_every=2), [0.0, 2.0, 2.0]),
-])
+@pytest.mark.parametrize(
+    "policy, kw, expected",
+    [
+        ("frozen", {}, [0.0, 0.0, 0.0]),  # the initial adapters: B = 0
+        ("live", {}, [1.0, 2.0, 3.0]),  # the student's adapters after each step
+        ("ema", dict(ema_decay=0.3), [0.7, 1.61, 2.583]),  # 0.3*0 + 0.7*1; 0.3*0.7 + 0.7*2; 0.3*1.61 + 0.7*3
+        ("periodic", dict(sync_every=2), [0.0, 2.0, 2.0]),
+    ],
+)
 def test_teacher_holds_these_adapter_weights_after_k_steps(lora_model, policy, kw, expected):
     """Every adapter B tensor of the student is set to k after step k (A tensors are left as initialised); the
     teacher's B tensors must hold ``expected[k - 1]`` and its A tensors the initial ones; base weights are never
@@ -150,11 +176,16 @@ def test_a100_hub_path_runs_end_to_end_on_cpu(tiny_hub, one_thread):
     tok, model = load_hub_model(tiny_hub, dtype="float32")
     model = with_lora(model, rank=4, alpha=8).to("cpu")
     task = GSM8KChat(tok)
-    train, val, test = gsm8k.problem_split("train")[:6], gsm8k.problem_split("validation")[:2], gsm8k.problem_split("test")[:2]
+    train, val, test = (
+        gsm8k.problem_split("train")[:6],
+        gsm8k.problem_split("validation")[:2],
+        gsm8k.problem_split("test")[:2],
+    )
     base = ArmConfig(batch=2, updates=2, max_new_tokens=6, sync_every=1, lr=1e-2, gates=Gates(min_tokens=1))
     arms = arm_grid(base, ema_decays=(0.3,))
-    runs = run_arms(model, tok, train, {"test": test}, arms, 0, task=task, probe_pool=val, n_probe=2, probe_every=2,
-                    progress=False)
+    runs = run_arms(
+        model, tok, train, {"test": test}, arms, 0, task=task, probe_pool=val, n_probe=2, probe_every=2, progress=False
+    )
     assert set(runs) == {"opsd", "frozen", "dce", "ema_0p3", "periodic", "dce_user", "frozen_srcl", "dce_srcl"}
     for arm, r in runs.items():
         assert len(r["eval"]["test"]["correct"]) == 2 and all(1 <= n <= 6 for n in r["eval"]["test"]["length"])
@@ -177,9 +208,14 @@ def _run_notebook(tmp_path, **parameters):
     from agentpost.project import project_root
 
     root = project_root()
-    return pm.execute_notebook(str(root / "notebooks" / "opsd.ipynb"), str(tmp_path / "out.ipynb"),
-                               kernel_name="python3", cwd=str(root / "notebooks"), parameters=parameters,
-                               progress_bar=False)
+    return pm.execute_notebook(
+        str(root / "notebooks" / "opsd.ipynb"),
+        str(tmp_path / "out.ipynb"),
+        kernel_name="python3",
+        cwd=str(root / "notebooks"),
+        parameters=parameters,
+        progress_bar=False,
+    )
 
 
 def test_notebook_a100_hub_offline_without_weights_stops_before_any_work(tmp_path, monkeypatch):
@@ -200,9 +236,23 @@ def test_notebook_a100_hub_runs_end_to_end_with_a_tiny_local_qwen3(tiny_hub, tmp
     import scrapbook as sb
 
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
-    _run_notebook(tmp_path, hub_model=tiny_hub, device="cpu", updates=1, batch=2, max_new_tokens=6, n_test=2,
-                  n_validation=2, n_probe=2, probe_every=1, lr_grid=[0.01], ema_decays=[0.3], lora_rank=4,
-                  lora_alpha=8.0, min_tokens=1)
+    _run_notebook(
+        tmp_path,
+        hub_model=tiny_hub,
+        device="cpu",
+        updates=1,
+        batch=2,
+        max_new_tokens=6,
+        n_test=2,
+        n_validation=2,
+        n_probe=2,
+        probe_every=1,
+        lr_grid=[0.01],
+        ema_decays=[0.3],
+        lora_rank=4,
+        lora_alpha=8.0,
+        min_tokens=1,
+    )
     scraps = sb.read_notebook(str(tmp_path / "out.ipynb")).scraps
     assert scraps["n_test_scored"].data == 2 and 0.0 <= scraps["test_accuracy_dce"].data <= 1.0
     outcomes = scraps["outcomes_test_accuracy"].data

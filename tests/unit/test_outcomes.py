@@ -38,20 +38,24 @@ def test_payload_keeps_items_and_sorts_arms():
 
 
 def test_mapping_outcomes_are_aligned_by_item_id():
-    data = outcomes_payload("acc", {"a": {"x": 1, "y": 2}, "b": {"y": 20, "x": 10}}, items=None,
-                            facts={"a": FACTS, "b": FACTS})
+    data = outcomes_payload(
+        "acc", {"a": {"x": 1, "y": 2}, "b": {"y": 20, "x": 10}}, items=None, facts={"a": FACTS, "b": FACTS}
+    )
     assert data["items"] == ["x", "y"] and data["arms"]["b"] == [10.0, 20.0]
 
 
-@pytest.mark.parametrize("arms, items, facts, message", [
-    ({"a": [1, 2]}, ["x"], None, "2 values for 1 items"),
-    ({"a": [1, 2]}, ["x", "x"], None, "repeats"),
-    ({"a": [1, float("nan")]}, ["x", "y"], None, "non-finite"),
-    ({"a": [[1, 2]]}, ["x"], None, "1-D"),
-    ({"a": [1]}, ["x"], {"b": FACTS}, "facts are needed"),
-    ({"a": [1]}, ["x"], {"a": {"checkpoint": "c"}}, "lack"),
-    ({"a": {"x": 1}, "b": {"z": 1}}, None, None, "other items"),
-])
+@pytest.mark.parametrize(
+    "arms, items, facts, message",
+    [
+        ({"a": [1, 2]}, ["x"], None, "2 values for 1 items"),
+        ({"a": [1, 2]}, ["x", "x"], None, "repeats"),
+        ({"a": [1, float("nan")]}, ["x", "y"], None, "non-finite"),
+        ({"a": [[1, 2]]}, ["x"], None, "1-D"),
+        ({"a": [1]}, ["x"], {"b": FACTS}, "facts are needed"),
+        ({"a": [1]}, ["x"], {"a": {"checkpoint": "c"}}, "lack"),
+        ({"a": {"x": 1}, "b": {"z": 1}}, None, None, "other items"),
+    ],
+)
 def test_bad_outcomes_are_refused_by_name(arms, items, facts, message):
     with pytest.raises(ValueError, match=message):
         outcomes_payload("acc", arms, items=items, facts=facts or {a: FACTS for a in arms})
@@ -81,11 +85,14 @@ def test_record_outcomes_renders_its_data(monkeypatch):
     forged = dict(bundle, **{"text/plain": bundle["text/plain"].replace("0.5", "0.9")})
     assert rendering_problem(forged) == "its per-arm summary differs from its recorded outcomes"
     data = bundle[SCRAP_MIME]["data"]
-    assert outcomes_html(data).startswith('<pre class="agentpost-outcomes">') and outcomes_text(data) in \
-        bundle["text/plain"]
+    assert (
+        outcomes_html(data).startswith('<pre class="agentpost-outcomes">')
+        and outcomes_text(data) in bundle["text/plain"]
+    )
 
 
 # ---------------------------------------------------------------- the harness across seed runs
+
 
 def fake_run(seed: int, arms: dict, items: list, facts: dict | None = None) -> Run:
     data = outcomes_payload("acc", arms, items=items, facts=facts or {a: FACTS for a in arms})
@@ -93,8 +100,17 @@ def fake_run(seed: int, arms: dict, items: list, facts: dict | None = None) -> R
     return Run(Path(f"seed-{seed}"), receipt)
 
 
-COMP = Comparison(id="b_vs_a", claim="C1", metric="acc", a="a", b="b", higher_is_better=True, min_effect=0.1,
-                  why="test", items="crossed")
+COMP = Comparison(
+    id="b_vs_a",
+    claim="C1",
+    metric="acc",
+    a="a",
+    b="b",
+    higher_is_better=True,
+    min_effect=0.1,
+    why="test",
+    items="crossed",
+)
 
 
 def test_items_are_paired_by_id_not_position():
@@ -129,8 +145,9 @@ def test_seeds_that_agree_on_one_metric_only_are_replications():
     runs = []
     for s in (1, 2, 3):
         run = fake_run(s, {"a": [0, 1, 0], "b": [1, 1, 0]}, items)
-        run.receipt["metrics"]["outcomes_f1"] = outcomes_payload("f1", {"a": [0.1 * s, 0.5, 0.2], "b": [0.3, 0.5, s]},
-                                                                 items=items, facts={"a": FACTS, "b": FACTS})
+        run.receipt["metrics"]["outcomes_f1"] = outcomes_payload(
+            "f1", {"a": [0.1 * s, 0.5, 0.2], "b": [0.3, 0.5, s]}, items=items, facts={"a": FACTS, "b": FACTS}
+        )
         runs.append(run)
     out = compute_one("x", "smoke", COMP, runs)
     assert out.copies == {} and out.seeds == [1, 2, 3] and out.problem is None
@@ -146,8 +163,11 @@ def test_unmatched_arm_facts_are_refused_unless_declared():
 
 
 def test_crossed_design_refuses_other_items_in_a_seed():
-    runs = [fake_run(1, {"a": [0, 1], "b": [1, 1]}, ["x", "y"]), fake_run(2, {"a": [0, 0], "b": [1, 0]}, ["x", "y"]),
-            fake_run(3, {"a": [0, 1], "b": [0, 1]}, ["x", "w"])]
+    runs = [
+        fake_run(1, {"a": [0, 1], "b": [1, 1]}, ["x", "y"]),
+        fake_run(2, {"a": [0, 0], "b": [1, 0]}, ["x", "y"]),
+        fake_run(3, {"a": [0, 1], "b": [0, 1]}, ["x", "w"]),
+    ]
     problem = compute_one("x", "smoke", COMP, runs).problem
     assert "seed 3" in problem and "item ids differ" in problem and "declare items: nested" in problem
     nested = Comparison(**{**COMP.__dict__, "items": "nested"})
@@ -160,15 +180,34 @@ def test_missing_arm_is_named():
 
 
 def test_catalogue_comparisons_are_checked(tmp_path):
-    good = {"id": "t", "title": "T", "claims": [{"id": "C1", "text": "x"}],
-            "comparisons": [{"id": "b_vs_a", "claim": "C1", "metric": "acc", "a": "a", "b": "b",
-                             "higher_is_better": True, "min_effect": 0.05, "why": "five points"}]}
+    good = {
+        "id": "t",
+        "title": "T",
+        "claims": [{"id": "C1", "text": "x"}],
+        "comparisons": [
+            {
+                "id": "b_vs_a",
+                "claim": "C1",
+                "metric": "acc",
+                "a": "a",
+                "b": "b",
+                "higher_is_better": True,
+                "min_effect": 0.05,
+                "why": "five points",
+            }
+        ],
+    }
     path = tmp_path / "t.yaml"
     path.write_text(yaml.safe_dump(good))
     assert _load(path).comparisons[0].shared_items
-    for bad, message in [({"claim": "C9"}, "claim"), ({"min_effect": 0}, "min_effect"),
-                         ({"higher_is_better": "yes"}, "higher_is_better"), ({"items": "both"}, "items"),
-                         ({"color": 1}, "unknown keys"), ({"min_effect": float("inf")}, "min_effect")]:
+    for bad, message in [
+        ({"claim": "C9"}, "claim"),
+        ({"min_effect": 0}, "min_effect"),
+        ({"higher_is_better": "yes"}, "higher_is_better"),
+        ({"items": "both"}, "items"),
+        ({"color": 1}, "unknown keys"),
+        ({"min_effect": float("inf")}, "min_effect"),
+    ]:
         raw = {**good, "comparisons": [{**good["comparisons"][0], **bad}]}
         path.write_text(yaml.safe_dump(raw))
         with pytest.raises(ValueError, match=message):
@@ -186,11 +225,15 @@ def test_comparisons_section_draws_a_forest_plot(tmp_path):
 
     rng = np.random.default_rng(1)
     items = [f"q{i}" for i in range(30)]
-    runs = [fake_run(s, {"a": (a := rng.normal(size=30)), "b": a + 1 + rng.normal(scale=0.1, size=30)}, items)
-            for s in (1, 2, 3)]
+    runs = [
+        fake_run(s, {"a": (a := rng.normal(size=30)), "b": a + 1 + rng.normal(scale=0.1, size=30)}, items)
+        for s in (1, 2, 3)
+    ]
     headline = Comparison(**{**COMP.__dict__, "headline": True})
-    computed = [compute_one("x", "smoke", headline, runs),
-                compute_one("x", "smoke", Comparison(**{**COMP.__dict__, "id": "b_vs_c", "a": "c"}), runs)]
+    computed = [
+        compute_one("x", "smoke", headline, runs),
+        compute_one("x", "smoke", Comparison(**{**COMP.__dict__, "id": "b_vs_c", "a": "c"}), runs),
+    ]
     lines = comparisons_section("x", "smoke", computed, tmp_path)
     text = "\n".join(lines)
     assert (tmp_path / "x-smoke-forest.png").stat().st_size > 1000
@@ -205,8 +248,10 @@ def test_verdicts_notebook_glues_values_prose_can_cite(tmp_path):
 
     rng = np.random.default_rng(2)
     items = [f"q{i}" for i in range(30)]
-    runs = [fake_run(s, {"a": (a := rng.normal(size=30)), "b": a + 1 + rng.normal(scale=0.1, size=30)}, items)
-            for s in (1, 2, 3)]
+    runs = [
+        fake_run(s, {"a": (a := rng.normal(size=30)), "b": a + 1 + rng.normal(scale=0.1, size=30)}, items)
+        for s in (1, 2, 3)
+    ]
     computed = {"smoke": [compute_one("x", "smoke", COMP, runs)], "a100-hub": [compute_one("x", "a100-hub", COMP, [])]}
     path = write_verdicts(chapter("kite"), computed, tmp_path)
     import json

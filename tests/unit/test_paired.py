@@ -82,8 +82,11 @@ def test_crossed_example_by_hand():
     assert r.estimate == pytest.approx(-1.25) and r.se == pytest.approx(se) and r.df == pytest.approx(df)
     q = stats.t.ppf(0.975, df)
     assert (r.ci_low, r.ci_high) == (pytest.approx(-1.25 - q * se), pytest.approx(-1.25 + q * se))
-    assert r.variance_components == {"seed": pytest.approx((ms_seed - ms_resid) / 2),
-                                     "item": pytest.approx((ms_item - ms_resid) / 3), "residual": pytest.approx(ms_resid)}
+    assert r.variance_components == {
+        "seed": pytest.approx((ms_seed - ms_resid) / 2),
+        "item": pytest.approx((ms_item - ms_resid) / 3),
+        "residual": pytest.approx(ms_resid),
+    }
     assert (r.design, r.n_items) == ("crossed", 2)
 
 
@@ -138,12 +141,14 @@ def test_matches_statsmodels_mixedlm_reml():
     crossed = 0.3 + rng.normal(0, 0.5, (s, 1)) + rng.normal(0, 0.7, (1, n)) + rng.normal(0, 0.4, (s, n))
     nested = 0.3 + rng.normal(0, 0.5, (s, 1)) + rng.normal(0, 0.7, (s, n))
     zeros = {k: np.zeros(n) for k in range(s)}
-    frame = pd.DataFrame({"d": crossed.ravel(), "seed": np.repeat(np.arange(s), n), "item": np.tile(np.arange(n), s),
-                          "g": 1})
+    frame = pd.DataFrame(
+        {"d": crossed.ravel(), "seed": np.repeat(np.arange(s), n), "item": np.tile(np.arange(n), s), "g": 1}
+    )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        fit = smf.mixedlm("d ~ 1", frame, groups="g", re_formula="0",
-                          vc_formula={"seed": "0+C(seed)", "item": "0+C(item)"}).fit(reml=True)
+        fit = smf.mixedlm(
+            "d ~ 1", frame, groups="g", re_formula="0", vc_formula={"seed": "0+C(seed)", "item": "0+C(item)"}
+        ).fit(reml=True)
         fit2 = smf.mixedlm("d ~ 1", frame.assign(d=nested.ravel()), groups="seed").fit(reml=True)
     # Balanced data, positive components: REML equals the ANOVA (method-of-moments) estimates.
     r = run(zeros, {k: crossed[k] for k in range(s)}, shared_items=True)
@@ -167,7 +172,8 @@ def test_power_and_mde_from_the_noncentral_t():
     es = sm_power.TTestPower().solve_power(nobs=3, alpha=0.05, power=0.8, alternative="two-sided")
     assert mde_multiplier(2.0) == pytest.approx(es * math.sqrt(3), rel=1e-4)
     assert power(0.5, 0.25, 9.0) == pytest.approx(
-        sm_power.TTestPower().power(effect_size=0.5 / (0.25 * math.sqrt(10)), nobs=10, alpha=0.05), rel=1e-6)
+        sm_power.TTestPower().power(effect_size=0.5 / (0.25 * math.sqrt(10)), nobs=10, alpha=0.05), rel=1e-6
+    )
     # Simulated: seed means N(delta, 1), 5 seeds, delta = MDE at the true se -> rejected in 80% of data sets.
     rng = np.random.default_rng(2)
     se_true = 1 / math.sqrt(5)
@@ -275,8 +281,13 @@ def test_satterthwaite_df_below_one_is_floored():
     a = {s: np.where(d[s] < 0, 1.0, 0.0) for s in range(3)}
     b = {s: np.where(d[s] > 0, 1.0, 0.0) for s in range(3)}
     for scale in (1.0, 2.0):  # 0/1 (bounded: variance floor) and 0/2 (unbounded: df floor)
-        r = run({s: scale * a[s] for s in a}, {s: scale * b[s] for s in b}, shared_items=True, higher_is_better=True,
-                min_effect=0.02)
+        r = run(
+            {s: scale * a[s] for s in a},
+            {s: scale * b[s] for s in b},
+            shared_items=True,
+            higher_is_better=True,
+            min_effect=0.02,
+        )
         assert r.df >= 1 and all(math.isfinite(x) for x in (r.se, r.ci_low, r.ci_high, r.mde, r.power, r.p_value))
     assert r.bounds is None and r.df == 1.0
 
@@ -341,13 +352,18 @@ def test_argument_types():
     r = run({s: [1.0, 2.0] for s in range(3)}, {s: [1.5, 2.5] for s in range(3)}, higher_is_better=True)
     assert (r.ci_low, r.ci_high, r.verdict_class, r.verdict) == (0.5, 0.5, "matters", "better")
     assert math.isnan(r.t_stat) and math.isnan(r.p_value) and math.isnan(r.mde) and "deterministic" in r.method
-    assert run({s: [1.0, 2.0] for s in range(3)}, {s: [1.5, 2.5] for s in range(3)}, min_effect=1.0).verdict == "equivalent"
+    assert (
+        run({s: [1.0, 2.0] for s in range(3)}, {s: [1.5, 2.5] for s in range(3)}, min_effect=1.0).verdict
+        == "equivalent"
+    )
     with pytest.raises(ProtocolError, match="outside the declared bounds"):
         run(TOY_A, TOY_B, bounds=(0, 1))
 
 
 @pytest.mark.claim("paired-protocol", "C2")
-@pytest.mark.parametrize("field,value", [("checkpoint", "other"), ("data_version", "v2"), ("updates", 11), ("max_new_tokens", 32)])
+@pytest.mark.parametrize(
+    "field,value", [("checkpoint", "other"), ("data_version", "v2"), ("updates", 11), ("max_new_tokens", 32)]
+)
 def test_refuses_unmatched_arms(field, value):
     other = ArmMeta(**{**META_A.__dict__, field: value})
     with pytest.raises(ProtocolError, match=field):
@@ -390,9 +406,24 @@ def test_selection_sees_validation_only():
 def test_result_round_trips_as_dict_and_summary():
     r = run(TOY_A, TOY_B, name_a="A", name_b="B")
     d = r.as_dict()
-    for key in ("name_a", "name_b", "n_seeds", "n_items", "estimate", "ci_low", "ci_high", "p_value", "mde",
-                "min_effect", "higher_is_better", "verdict", "variance_components", "per_seed_mean_diff", "design",
-                "method"):
+    for key in (
+        "name_a",
+        "name_b",
+        "n_seeds",
+        "n_items",
+        "estimate",
+        "ci_low",
+        "ci_high",
+        "p_value",
+        "mde",
+        "min_effect",
+        "higher_is_better",
+        "verdict",
+        "variance_components",
+        "per_seed_mean_diff",
+        "design",
+        "method",
+    ):
         assert key in d
     for key in ("verdict_class", "direction", "ci90_low", "ci90_high", "bounds", "se", "df", "p_value", "power"):
         assert key in d

@@ -50,9 +50,16 @@ def test_vectorised_path_is_compare():
         sets = cal.simulate(design, 5, 0.1, rng)
         lo, hi, p = cal.v2_test(sets, design.shared_items)
         for k, d in enumerate(sets):
-            r = compare({s: np.zeros(d.shape[1]) for s in range(d.shape[0])}, dict(enumerate(d)), meta_a=meta,
-                        meta_b=ArmMeta("c", "d", 0), higher_is_better=True, min_effect=0.1,
-                        shared_items=design.shared_items, n_boot=10)
+            r = compare(
+                {s: np.zeros(d.shape[1]) for s in range(d.shape[0])},
+                dict(enumerate(d)),
+                meta_a=meta,
+                meta_b=ArmMeta("c", "d", 0),
+                higher_is_better=True,
+                min_effect=0.1,
+                shared_items=design.shared_items,
+                n_boot=10,
+            )
             assert (r.ci_low, r.ci_high, r.p_value) == (pytest.approx(lo[k]), pytest.approx(hi[k]), pytest.approx(p[k]))
 
 

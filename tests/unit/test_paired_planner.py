@@ -21,7 +21,11 @@ def test_crossed_prediction_by_hand():
     # E[MS_item] = 0.02 + 3 * 0.04 = 0.14, E[MS_resid] = 0.02; chi2_{0.3, 2} = -2 ln 0.7.
     upper = 0.32 * 2 / (-2 * math.log(0.7))
     df = (upper + 0.14 - 0.02) ** 2 / (upper**2 / 2 + 0.14**2 / 29 + 0.02**2 / 58)
-    assert upper == pytest.approx(0.8972, abs=1e-4) and p["df"] == pytest.approx(df) and p["df"] == pytest.approx(2.5664, abs=1e-4)
+    assert (
+        upper == pytest.approx(0.8972, abs=1e-4)
+        and p["df"] == pytest.approx(df)
+        and p["df"] == pytest.approx(2.5664, abs=1e-4)
+    )
     assert p["mde"] == pytest.approx(mde_multiplier(df) * p["se"])
 
 
@@ -31,7 +35,9 @@ def test_nested_plan_by_hand():
     p = plan(comp, design="independent", min_effect=0.2, pilot=(3, 30))
     # pilot: Var = 0.01/3 + 0.5/90 = 0.0088889, df 2 -> MDE = k(2) * 0.0942809
     assert p.pilot["se"] == pytest.approx(math.sqrt(0.01 / 3 + 0.5 / 90)) and p.pilot["df"] == 2
-    assert p.pilot["mde"] == pytest.approx(mde_multiplier(2.0) * math.sqrt(0.01 / 3 + 0.5 / 90)) and p.pilot["mde"] > 0.2
+    assert (
+        p.pilot["mde"] == pytest.approx(mde_multiplier(2.0) * math.sqrt(0.01 / 3 + 0.5 / 90)) and p.pilot["mde"] > 0.2
+    )
     first = {d["seeds"]: d["items"] for d in p.designs}
     # 3 seeds: the seed term alone gives k(2) sqrt(0.01/3) = 0.326 > 0.2 -> never; 4 seeds: k(3) sqrt(0.0025) = 0.213
     assert 3 not in first and 4 not in first
@@ -49,8 +55,15 @@ def test_prediction_matches_compare_on_a_noiseless_pilot():
     v = np.array([-1.5, -0.5, 0.5, 1.5]) * 0.4
     e = np.outer([1.0, -2.0, 1.0], [1.0, -1.0, -1.0, 1.0]) * 0.1
     d = u[:, None] + v[None, :] + e
-    r = compare({k: np.zeros(n) for k in range(s)}, dict(enumerate(d)), meta_a=ArmMeta("c", "d", 1),
-                meta_b=ArmMeta("c", "d", 1), higher_is_better=True, min_effect=0.1, shared_items=True)
+    r = compare(
+        {k: np.zeros(n) for k in range(s)},
+        dict(enumerate(d)),
+        meta_a=ArmMeta("c", "d", 1),
+        meta_b=ArmMeta("c", "d", 1),
+        higher_is_better=True,
+        min_effect=0.1,
+        shared_items=True,
+    )
     p = predict(r.variance_components, s, n, design="crossed")
     assert p["se"] == pytest.approx(r.se) and p["df"] == pytest.approx(r.df) and p["mde"] == pytest.approx(r.mde)
 
@@ -69,10 +82,18 @@ def _computed(estimate, mde, verdict_class, components, n_seeds=5, n_items=10, m
     from agentpost.catalogue import Comparison
     from agentpost.evidence.comparisons import Computed
 
-    comparison = Comparison(id="b_vs_a", claim="C1", metric="m", a="a", b="b", higher_is_better=True,
-                            min_effect=min_effect, why="")
-    result = {"estimate": estimate, "mde": mde, "verdict_class": verdict_class, "variance_components": components,
-              "design": "crossed", "n_seeds": n_seeds, "n_items": n_items}
+    comparison = Comparison(
+        id="b_vs_a", claim="C1", metric="m", a="a", b="b", higher_is_better=True, min_effect=min_effect, why=""
+    )
+    result = {
+        "estimate": estimate,
+        "mde": mde,
+        "verdict_class": verdict_class,
+        "variance_components": components,
+        "design": "crossed",
+        "n_seeds": n_seeds,
+        "n_items": n_items,
+    }
     return Computed("kite", "cpu", comparison, result=result)
 
 
@@ -103,8 +124,9 @@ def test_the_evidence_page_says_what_would_settle_only_the_inconclusive_comparis
     from agentpost.evidence.comparison_pages import settling_lines
 
     components = {"seed": 0.0016, "item": 0.0011, "residual": 0.0068}
-    lines = settling_lines([_computed(0.01, 0.09, "inconclusive", components),
-                            _computed(0.2, 0.03, "matters", components)], wall_s=60.0)
+    lines = settling_lines(
+        [_computed(0.01, 0.09, "inconclusive", components), _computed(0.2, 0.03, "matters", components)], wall_s=60.0
+    )
     said = [line for line in lines if line.startswith("- ")]
     assert len(said) == 1 and said[0].startswith("- `b_vs_a` (MDE 0.09, margin 0.05; needs MDE 0.05")
     assert " seeds at 10 items per seed (about " in said[0] and " seeds at 40 items per seed" in said[0]

@@ -15,8 +15,17 @@ B = {1: [2.0, 1.0], 2: [1.0, 1.0], 3: [2.0, 1.0]}
 
 def recorded(**kw):
     """A comparison as a receipt holds it: the JSON form of as_dict(), as glue_paired writes it."""
-    r = compare(A, B, meta_a=ArmMeta("c", "d", 1), meta_b=ArmMeta("c", "d", 1), higher_is_better=False,
-                min_effect=0.05, name_a="A", name_b="B", **kw)
+    r = compare(
+        A,
+        B,
+        meta_a=ArmMeta("c", "d", 1),
+        meta_b=ArmMeta("c", "d", 1),
+        higher_is_better=False,
+        min_effect=0.05,
+        name_a="A",
+        name_b="B",
+        **kw,
+    )
     return json.loads(json.dumps(_jsonable(r.as_dict())))
 
 
@@ -25,8 +34,13 @@ def receipt(seed, chapter="kite", **metrics):
 
 
 def test_rows_show_every_field_of_the_one_form():
-    table = paired_rows([receipt(2, cmp=recorded()), receipt(1, cmp=recorded(shared_items=True), other=1.5),
-                         receipt(1, chapter="actkv", x=recorded())])
+    table = paired_rows(
+        [
+            receipt(2, cmp=recorded()),
+            receipt(1, cmp=recorded(shared_items=True), other=1.5),
+            receipt(1, chapter="actkv", x=recorded()),
+        ]
+    )
     lines = table.strip().splitlines()
     assert lines[0].startswith("| chapter | profile | run seed | comparison") and len(lines) == 2 + 3
     assert lines[2].startswith("| actkv | smoke | 1 | `x` (B − A)")  # sorted by chapter, profile, name, seed
@@ -53,8 +67,7 @@ def test_ledger_outcome_reads_the_verdict_from_the_dict(tmp_path):
 def test_glue_paired_records_the_dict_form(monkeypatch):
     shown = []
     monkeypatch.setattr("agentpost.record.recording._display", lambda bundle, name, **_: shown.append(bundle))
-    r = compare(A, B, meta_a=ArmMeta("c", "d", 1), meta_b=ArmMeta("c", "d", 1), higher_is_better=False,
-                min_effect=0.05)
+    r = compare(A, B, meta_a=ArmMeta("c", "d", 1), meta_b=ArmMeta("c", "d", 1), higher_is_better=False, min_effect=0.05)
     glue_paired("paired_b_vs_a", r)
     scrap = shown[0]["application/scrapbook.scrap.json+json"]
     assert is_paired(scrap["data"]) and scrap["data"]["verdict"] == "inconclusive"

@@ -35,10 +35,24 @@ def hub_names(profile: dict) -> list[str]:
 
 def test_the_hub_name_detector_on_worked_examples():
     assert hub_names({"parameters": {"model_name": "Qwen/Qwen3-1.7B", "device": "cuda"}}) == ["Qwen/Qwen3-1.7B"]
-    assert hub_names({"parameters": {"lm_policy": "hub:Qwen/Qwen2.5-1.5B-Instruct"}}) == ["hub:Qwen/Qwen2.5-1.5B-Instruct"]
+    assert hub_names({"parameters": {"lm_policy": "hub:Qwen/Qwen2.5-1.5B-Instruct"}}) == [
+        "hub:Qwen/Qwen2.5-1.5B-Instruct"
+    ]
     assert hub_names({"parameters": {"hub_model": "./weights"}}) == ["./weights"]
-    assert hub_names({"parameters": {"model_name": "tool-lm", "hub_model": "", "lm_policy": "sft",
-                                     "tasks": ["MiniHack-Room-5x5-v0"], "ratio": 0.5}}) == []
+    assert (
+        hub_names(
+            {
+                "parameters": {
+                    "model_name": "tool-lm",
+                    "hub_model": "",
+                    "lm_policy": "sft",
+                    "tasks": ["MiniHack-Room-5x5-v0"],
+                    "ratio": 0.5,
+                }
+            }
+        )
+        == []
+    )
 
 
 A100 = sorted(PARAMS.glob("*/a100.yaml"))
@@ -52,7 +66,9 @@ def test_every_chapter_with_profiles_has_an_a100_profile():
 @pytest.mark.parametrize("path", A100, ids=lambda p: p.parent.name)
 def test_a100_profiles_name_no_hub_weights(path):
     named = hub_names(yaml.safe_load(path.read_text()))
-    assert not named, f"{path.relative_to(project_root())} must run offline but names hub weights {named}: move them to a100-hub.yaml"
+    assert not named, (
+        f"{path.relative_to(project_root())} must run offline but names hub weights {named}: move them to a100-hub.yaml"
+    )
 
 
 @pytest.mark.parametrize("path", sorted(PARAMS.glob("*/*.yaml")), ids=lambda p: f"{p.parent.name}/{p.stem}")
@@ -61,4 +77,6 @@ def test_only_a100_hub_profiles_name_hub_weights(path):
     if path.stem == "a100-hub":
         assert named, f"{path.relative_to(project_root())} is named for hub weights but names none"
     else:
-        assert not named, f"{path.relative_to(project_root())} names hub weights {named}; such a profile is named a100-hub"
+        assert not named, (
+            f"{path.relative_to(project_root())} names hub weights {named}; such a profile is named a100-hub"
+        )

@@ -8,7 +8,7 @@ import torch
 from agentpost.registry import Registry
 from agentpost.rl import DIVERGENCES, forward_kl, generalized_jsd, jsd, reverse_kl
 
-P = torch.log(torch.tensor([0.5, 0.5], dtype=torch.float64))   # target (teacher)
+P = torch.log(torch.tensor([0.5, 0.5], dtype=torch.float64))  # target (teacher)
 Q = torch.log(torch.tensor([0.25, 0.75], dtype=torch.float64))  # model (student)
 
 

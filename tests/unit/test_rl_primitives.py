@@ -6,9 +6,19 @@ import pytest
 import torch
 
 from agentpost.rl import (
-    ADVANTAGE_ESTIMATORS, AGGREGATIONS, SegmentMismatch, aggregate, broadcast_segment_values,
-    broadcast_sequence_values, clipped_policy_loss, get_advantage, group_advantage, kl_estimate, policy_objective,
-    rloo_advantage, segment_ids,
+    ADVANTAGE_ESTIMATORS,
+    AGGREGATIONS,
+    SegmentMismatch,
+    aggregate,
+    broadcast_segment_values,
+    broadcast_sequence_values,
+    clipped_policy_loss,
+    get_advantage,
+    group_advantage,
+    kl_estimate,
+    policy_objective,
+    rloo_advantage,
+    segment_ids,
 )
 
 
@@ -65,8 +75,9 @@ def test_sequence_ratio():
     obj = policy_objective(lr, torch.zeros_like(lr), m, m, ratio_level="sequence", eps_low=10, eps_high=10)
     assert obj[0].tolist() == pytest.approx([math.exp(0.1)] * 3, abs=1e-4)
     seg = torch.tensor([[1, 1, 2]])
-    obj = policy_objective(lr, torch.zeros_like(lr), m, m, ratio_level="segment", segment_ids=seg,
-                           eps_low=10, eps_high=10)
+    obj = policy_objective(
+        lr, torch.zeros_like(lr), m, m, ratio_level="segment", segment_ids=seg, eps_low=10, eps_high=10
+    )
     assert obj[0].tolist() == pytest.approx([1.0, 1.0, math.exp(0.3)])
 
 
@@ -117,14 +128,28 @@ def test_mask_invariance_of_loss_and_gradient():
     g = torch.Generator().manual_seed(1)
     shape = (3, 6)
     logits = torch.randn(shape, generator=g, dtype=torch.float64)
-    old, ref = torch.randn(shape, generator=g, dtype=torch.float64), torch.randn(shape, generator=g, dtype=torch.float64)
+    old, ref = (
+        torch.randn(shape, generator=g, dtype=torch.float64),
+        torch.randn(shape, generator=g, dtype=torch.float64),
+    )
     adv = torch.randn(shape, generator=g, dtype=torch.float64)
     mask = torch.tensor([[1, 1, 0, 0, 1, 1], [1, 0, 0, 0, 0, 0], [0, 1, 1, 1, 0, 1]])
 
     def run(lp):
         lp = lp.clone().requires_grad_(True)
-        loss, _ = clipped_policy_loss(lp, old, ref, adv, mask, eps_low=0.2, eps_high=0.2, dual_clip_c=3.0,
-                                      kl_coef=0.1, kl_kind="k3", agg_mode="token_mean")
+        loss, _ = clipped_policy_loss(
+            lp,
+            old,
+            ref,
+            adv,
+            mask,
+            eps_low=0.2,
+            eps_high=0.2,
+            dual_clip_c=3.0,
+            kl_coef=0.1,
+            kl_kind="k3",
+            agg_mode="token_mean",
+        )
         loss.backward()
         return loss.detach(), lp.grad
 
@@ -176,7 +201,8 @@ def test_k3_unclamped_unless_asked_and_verl_low_var_kl_clamps():
     assert kl_estimate(lp, ref, kind="low_var_kl", clamp=5.0).item() == 5.0
     # low_var_kl equals k3 where no clamp binds (delta = 0.5: 0.10653)
     assert kl_estimate(torch.tensor([-1.0]), torch.tensor([-1.5]), kind="low_var_kl").item() == pytest.approx(
-        0.10653, abs=1e-5)
+        0.10653, abs=1e-5
+    )
     with pytest.raises(ValueError, match="clamp must be > 0"):
         kl_estimate(lp, ref, clamp=0.0)
 
@@ -209,8 +235,19 @@ def test_non_finite_values_at_masked_positions_do_not_contribute():
     ref = torch.tensor([[math.log(0.5), math.log(0.5), math.nan]], dtype=torch.float64)
     adv = torch.tensor([[1.0, -2.0, math.nan]], dtype=torch.float64)
     mask = torch.tensor([[1, 1, 0]])
-    loss, parts = clipped_policy_loss(lp, old, ref, adv, mask, eps_low=0.2, eps_high=0.2, dual_clip_c=3.0,
-                                      kl_coef=0.1, kl_kind="k3", agg_mode="token_mean")
+    loss, parts = clipped_policy_loss(
+        lp,
+        old,
+        ref,
+        adv,
+        mask,
+        eps_low=0.2,
+        eps_high=0.2,
+        dual_clip_c=3.0,
+        kl_coef=0.1,
+        kl_kind="k3",
+        agg_mode="token_mean",
+    )
     # ratios are 1: objective [1, -2] -> pg = -(1 - 2) / 2 = 0.5; k3 at delta = -ln 2: 2 - ln 2 - 1 = 0.30685 on
     # token 1 and 0 on token 0 -> KL mean 0.153426; loss = 0.5 + 0.1 * 0.153426
     k3 = 2 - math.log(2) - 1
@@ -220,8 +257,14 @@ def test_non_finite_values_at_masked_positions_do_not_contribute():
     # d/dlogp: -A/2 from the surrogate (ratio 1), + 0.1/2 * (1 - e^{-delta}) from k3
     assert lp.grad[0, 0].item() == pytest.approx(-0.5, abs=1e-12)
     assert lp.grad[0, 1].item() == pytest.approx(1.0 + 0.05 * (1 - 2.0), abs=1e-12)
-    for mode, kw in (("token_mean", {}), ("seq_mean_token_mean", {}), ("seq_mean_token_sum", {}),
-                     ("seq_sum_over_width", {}), ("dr_grpo", {"max_len": 3}), ("global_token_mean", {"global_tokens": 2})):
+    for mode, kw in (
+        ("token_mean", {}),
+        ("seq_mean_token_mean", {}),
+        ("seq_mean_token_sum", {}),
+        ("seq_sum_over_width", {}),
+        ("dr_grpo", {"max_len": 3}),
+        ("global_token_mean", {"global_tokens": 2}),
+    ):
         assert torch.isfinite(aggregate(torch.tensor([[1.0, 3.0, math.inf]]), mask, mode, **kw))
     assert aggregate(torch.tensor([[1.0, 3.0, math.nan]]), mask, "token_mean").item() == 2.0
 
@@ -234,16 +277,49 @@ def test_clip_frac_counts_only_binding_clips():
     logp = torch.log(torch.tensor([[1.5, 1.5, 0.5, 0.5, 3.0]], dtype=torch.float64))
     adv = torch.tensor([[1.0, -1.0, -1.0, 1.0, 1.0]], dtype=torch.float64)
     mask = torch.tensor([[1, 1, 1, 1, 0]])
-    _, parts = clipped_policy_loss(logp, logp_old, None, adv, mask, eps_low=0.2, eps_high=0.2, dual_clip_c=None,
-                                   kl_coef=0.0, kl_kind="k3", agg_mode="token_mean")
+    _, parts = clipped_policy_loss(
+        logp,
+        logp_old,
+        None,
+        adv,
+        mask,
+        eps_low=0.2,
+        eps_high=0.2,
+        dual_clip_c=None,
+        kl_coef=0.0,
+        kl_kind="k3",
+        agg_mode="token_mean",
+    )
     assert parts["clip_frac"].item() == pytest.approx(0.5)
     # At ratio 1.1 (inside the range) nothing binds, whatever the sign; with A = 0 nothing binds either.
     inside = torch.log(torch.full((1, 4), 1.1, dtype=torch.float64))
-    _, parts = clipped_policy_loss(inside, logp_old[:, :4], None, adv[:, :4], mask[:, :4], eps_low=0.2,
-                                   eps_high=0.2, dual_clip_c=None, kl_coef=0.0, kl_kind="k3", agg_mode="token_mean")
+    _, parts = clipped_policy_loss(
+        inside,
+        logp_old[:, :4],
+        None,
+        adv[:, :4],
+        mask[:, :4],
+        eps_low=0.2,
+        eps_high=0.2,
+        dual_clip_c=None,
+        kl_coef=0.0,
+        kl_kind="k3",
+        agg_mode="token_mean",
+    )
     assert parts["clip_frac"].item() == 0.0
-    _, parts = clipped_policy_loss(logp, logp_old, None, torch.zeros_like(adv), mask, eps_low=0.2, eps_high=0.2,
-                                   dual_clip_c=None, kl_coef=0.0, kl_kind="k3", agg_mode="token_mean")
+    _, parts = clipped_policy_loss(
+        logp,
+        logp_old,
+        None,
+        torch.zeros_like(adv),
+        mask,
+        eps_low=0.2,
+        eps_high=0.2,
+        dual_clip_c=None,
+        kl_coef=0.0,
+        kl_kind="k3",
+        agg_mode="token_mean",
+    )
     assert parts["clip_frac"].item() == 0.0
 
 
@@ -256,8 +332,9 @@ def test_clip_frac_uses_the_sequence_ratio_at_sequence_level():
     mask = torch.ones(1, 2)
     kw = dict(eps_low=0.2, eps_high=0.2, dual_clip_c=None, kl_coef=0.0, kl_kind="k3", agg_mode="token_mean")
     assert clipped_policy_loss(logp, logp_old, None, adv, mask, **kw)[1]["clip_frac"].item() == pytest.approx(0.5)
-    assert clipped_policy_loss(logp, logp_old, None, adv, mask, ratio_level="sequence",
-                               **kw)[1]["clip_frac"].item() == 0.0
+    assert (
+        clipped_policy_loss(logp, logp_old, None, adv, mask, ratio_level="sequence", **kw)[1]["clip_frac"].item() == 0.0
+    )
 
 
 def test_seq_mean_aggregations_skip_fully_masked_rows_unless_asked():

@@ -23,7 +23,12 @@ def test_reclaim_removes_only_scratch_of_dead_processes(tmp_path, monkeypatch):
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     dead_pid = int(dead.stdout)
     gone = [tmp_path / f"agentpost-run-{dead_pid}-abc", tmp_path / f"agentpost-k{dead_pid}-def"]
-    kept = [tmp_path / f"agentpost-run-{os.getpid()}-ghi", tmp_path / "agentpost-run-xyz", tmp_path / "agentpost-kernel-1", tmp_path / "other-1-x"]
+    kept = [
+        tmp_path / f"agentpost-run-{os.getpid()}-ghi",
+        tmp_path / "agentpost-run-xyz",
+        tmp_path / "agentpost-kernel-1",
+        tmp_path / "other-1-x",
+    ]
     for path in gone + kept:
         path.mkdir()
         (path / "file").write_text("x")
@@ -40,6 +45,7 @@ def test_a_second_batch_waits_for_the_runs_root_lock(tmp_path, monkeypatch):
     monkeypatch.setattr(rc, "runs_root", lambda: tmp_path / "runs")
     order, said = [], io.StringIO()
     with runs_lock(said):
+
         def second():
             with runs_lock(said):
                 order.append("second")
@@ -75,8 +81,19 @@ def test_symlinked_run_folders_are_refused_before_any_work(tmp_path, monkeypatch
     assert report.malformed and "symbolic links" in report.problems[0].message
 
 
-@pytest.mark.parametrize("text, value", [("1e-1", 0.1), ("-2.5E3", -2500.0), ("0x10", 16), ("4_3", "4_3"),
-                                         ("yes", "yes"), ("1:20", "1:20"), ("true", True), ("[1, .5]", [1, 0.5])])
+@pytest.mark.parametrize(
+    "text, value",
+    [
+        ("1e-1", 0.1),
+        ("-2.5E3", -2500.0),
+        ("0x10", 16),
+        ("4_3", "4_3"),
+        ("yes", "yes"),
+        ("1:20", "1:20"),
+        ("true", True),
+        ("[1, .5]", [1, 0.5]),
+    ],
+)
 def test_yaml_values_are_read_as_yaml_1_2(text, value):
     from agentpost.run.params import parse_overrides
 

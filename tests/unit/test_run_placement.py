@@ -11,22 +11,28 @@ from tests.unit.test_evidence_integrity import FIELDS
 
 def test_defaults_and_fractional_gpus():
     assert placement({}, "p.yaml") == (RESOURCE_DEFAULTS, DEFAULT_MAX_RETRIES)
-    assert placement({"resources": {"num_gpus": 0.5}, "max_retries": 3}, "p.yaml") == ({"num_cpus": 1, "num_gpus": 0.5}, 3)
+    assert placement({"resources": {"num_gpus": 0.5}, "max_retries": 3}, "p.yaml") == (
+        {"num_cpus": 1, "num_gpus": 0.5},
+        3,
+    )
     assert placement({"resources": {"num_cpus": 4, "num_gpus": 2}}, "p.yaml")[0] == {"num_cpus": 4, "num_gpus": 2}
 
 
-@pytest.mark.parametrize("raw, culprit", [
-    ({"resources": [1, 2]}, "resources must be a mapping"),
-    ({"resources": {"gpus": 1}}, "unknown resources ['gpus']"),
-    ({"resources": {"num_cpus": 0}}, "resources.num_cpus must be a number > 0, got 0"),
-    ({"resources": {"num_cpus": "two"}}, "resources.num_cpus must be a number > 0, got 'two'"),
-    ({"resources": {"num_gpus": -1}}, "resources.num_gpus must be a whole number >= 0 or a fraction below 1"),
-    ({"resources": {"num_gpus": 1.5}}, "resources.num_gpus must be a whole number >= 0 or a fraction below 1"),
-    ({"resources": {"num_gpus": True}}, "resources.num_gpus must be"),
-    ({"max_retries": -1}, "max_retries must be an integer from 0 to 10, got -1"),
-    ({"max_retries": 1.0}, "max_retries must be an integer from 0 to 10, got 1.0"),
-    ({"max_retries": "twice"}, "max_retries must be an integer"),
-])
+@pytest.mark.parametrize(
+    "raw, culprit",
+    [
+        ({"resources": [1, 2]}, "resources must be a mapping"),
+        ({"resources": {"gpus": 1}}, "unknown resources ['gpus']"),
+        ({"resources": {"num_cpus": 0}}, "resources.num_cpus must be a number > 0, got 0"),
+        ({"resources": {"num_cpus": "two"}}, "resources.num_cpus must be a number > 0, got 'two'"),
+        ({"resources": {"num_gpus": -1}}, "resources.num_gpus must be a whole number >= 0 or a fraction below 1"),
+        ({"resources": {"num_gpus": 1.5}}, "resources.num_gpus must be a whole number >= 0 or a fraction below 1"),
+        ({"resources": {"num_gpus": True}}, "resources.num_gpus must be"),
+        ({"max_retries": -1}, "max_retries must be an integer from 0 to 10, got -1"),
+        ({"max_retries": 1.0}, "max_retries must be an integer from 0 to 10, got 1.0"),
+        ({"max_retries": "twice"}, "max_retries must be an integer"),
+    ],
+)
 def test_bad_placement_is_named(raw, culprit):
     with pytest.raises(UsageError, match="^p.yaml: ") as err:
         placement(raw, "p.yaml")

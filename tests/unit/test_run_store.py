@@ -24,11 +24,16 @@ def f(x):
 
 
 def test_code_hash_ignores_docstrings_comments_and_layout_but_not_code():
-    same = ['import math\n\ndef f(x):\n    return (x + 1)\n',
-            '"""Other words."""\nimport math\n\n\n\ndef f(x):\n    """Another docstring."""\n    # a comment\n    return x+1\n']
+    same = [
+        "import math\n\ndef f(x):\n    return (x + 1)\n",
+        '"""Other words."""\nimport math\n\n\n\ndef f(x):\n    """Another docstring."""\n    # a comment\n    return x+1\n',
+    ]
     assert all(code_hash(s) == code_hash(CODE) for s in same)
-    changed = [CODE.replace("x + 1", "x + 2"), CODE.replace("import math", "import cmath"),
-               CODE.replace('    """Return x + 1."""\n', '    """Return x + 1."""\n    x = float(x)\n')]
+    changed = [
+        CODE.replace("x + 1", "x + 2"),
+        CODE.replace("import math", "import cmath"),
+        CODE.replace('    """Return x + 1."""\n', '    """Return x + 1."""\n    x = float(x)\n'),
+    ]
     assert len({code_hash(s) for s in changed} | {code_hash(CODE)}) == 4
     assert code_hash("%time x = 1\n") != code_hash("%time x = 2\n")  # IPython magics: by their text
 
@@ -81,15 +86,32 @@ def test_only_the_graft_runs_import_the_graft_training_code():
 
 
 def _run(values_a, values_b, items):
-    facts = {arm: {"checkpoint": "c0", "data_version": "d0", "updates": 3, "max_new_tokens": None}
-             for arm in ("a", "b")}
+    facts = {
+        arm: {"checkpoint": "c0", "data_version": "d0", "updates": 3, "max_new_tokens": None} for arm in ("a", "b")
+    }
     payload = outcomes_payload("nll", {"a": values_a, "b": values_b}, items=items, facts=facts)
     scrap = {"name": "outcomes_nll", "data": payload, "encoder": "json", "version": 1}
-    nb = {"cells": [{"cell_type": "code", "source": "", "metadata": {}, "outputs": [
-        {"output_type": "display_data", "metadata": {"scrapbook": {"name": "outcomes_nll", "data": True}},
-         "data": {SCRAP_MIME: scrap, "text/plain": "summary"}},
-        {"output_type": "display_data", "metadata": {}, "data": {"image/png": "iVBORw0KGgo=", "text/plain": "<Figure>"}},
-    ]}]}
+    nb = {
+        "cells": [
+            {
+                "cell_type": "code",
+                "source": "",
+                "metadata": {},
+                "outputs": [
+                    {
+                        "output_type": "display_data",
+                        "metadata": {"scrapbook": {"name": "outcomes_nll", "data": True}},
+                        "data": {SCRAP_MIME: scrap, "text/plain": "summary"},
+                    },
+                    {
+                        "output_type": "display_data",
+                        "metadata": {},
+                        "data": {"image/png": "iVBORw0KGgo=", "text/plain": "<Figure>"},
+                    },
+                ],
+            }
+        ]
+    }
     return nb, {"outcomes_nll": payload, "loss": 0.5}
 
 
@@ -101,8 +123,9 @@ def test_outcomes_leave_the_notebook_and_the_receipt_and_read_back_bit_for_bit()
     assert stored["outcomes_nll"]["n_items"] == 7 and stored["outcomes_nll"]["arms"] == ["a", "b"]
     assert "item-0" not in json.dumps(stored_nb) and "item-0" not in json.dumps(stored)
     figure = stored_nb["cells"][0]["outputs"][1]
-    assert "image/png" not in figure["data"] and figure["metadata"]["agentpost"][run_store.FIGURE_KEY] == \
-        sha256_bytes(b"iVBORw0KGgo=")
+    assert "image/png" not in figure["data"] and figure["metadata"]["agentpost"][run_store.FIGURE_KEY] == sha256_bytes(
+        b"iVBORw0KGgo="
+    )
     back_nb, back = run_store.inflate(stored_nb, stored, data)
     assert sha256_json(back) == sha256_json(metrics)  # canonical JSON: every float to its last bit, -0.0 kept
     assert [math.copysign(1, x) for x in back["outcomes_nll"]["arms"]["a"]] == [math.copysign(1, x) for x in awkward]

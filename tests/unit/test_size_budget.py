@@ -25,5 +25,7 @@ def test_tracked_evidence_fits_its_budget(folder):
     sizes = {f: s for f, s in tracked_sizes().items() if not folder or f.startswith(folder + "/")}
     total, budget = sum(sizes.values()), BUDGETS[folder]
     largest = sorted(sizes.items(), key=lambda kv: -kv[1])[:8]
-    assert total <= budget, (f"{folder or 'the tracked tree'}: {total / 1e6:.1f} MB > {budget / 1e6:.1f} MB; largest: "
-                             + ", ".join(f"{f} ({s / 1e6:.2f} MB)" for f, s in largest))
+    assert total <= budget, (
+        f"{folder or 'the tracked tree'}: {total / 1e6:.1f} MB > {budget / 1e6:.1f} MB; largest: "
+        + ", ".join(f"{f} ({s / 1e6:.2f} MB)" for f, s in largest)
+    )

@@ -22,17 +22,23 @@ FINGERPRINT = re.compile(r"(^|\.)(checkpoint|init|data_version|\w*fingerprint\w*
 @pytest.mark.parametrize("path", SPREAD, ids=lambda p: p.stem)
 def test_no_glued_fingerprint_differs_between_kernel_paths(path):
     rows = json.loads(path.read_text())["values"]
-    varying = {name: row["values"] for name, row in rows.items()
-               if FINGERPRINT.search(name) and len(row.get("values", [])) > 1}
-    assert not varying, (f"{path.stem}: fingerprints that differ between kernel paths (a hash of computed floats; "
-                         f"fingerprint what determines them instead): {dict(list(varying.items())[:3])}")
+    varying = {
+        name: row["values"] for name, row in rows.items() if FINGERPRINT.search(name) and len(row.get("values", [])) > 1
+    }
+    assert not varying, (
+        f"{path.stem}: fingerprints that differ between kernel paths (a hash of computed floats; "
+        f"fingerprint what determines them instead): {dict(list(varying.items())[:3])}"
+    )
 
 
 def test_the_rule_catches_the_float_hash_it_was_written_for():
     # muser's item-text fingerprint hashed the MiniLM embedding matrix: two AMD paths gave two values
-    rows = {"outcomes_test_recall10.facts.semantic.item_text_fingerprint": {"values": ["32e7bf10a8abe298",
-                                                                                        "d2df1e64cc253f60"]},
-            "outcomes_test_recall10.facts.semantic.checkpoint": {"values": ["a1"]},
-            "selected_arm": {"values": ["x", "y"]}}
+    rows = {
+        "outcomes_test_recall10.facts.semantic.item_text_fingerprint": {
+            "values": ["32e7bf10a8abe298", "d2df1e64cc253f60"]
+        },
+        "outcomes_test_recall10.facts.semantic.checkpoint": {"values": ["a1"]},
+        "selected_arm": {"values": ["x", "y"]},
+    }
     caught = [n for n, r in rows.items() if FINGERPRINT.search(n) and len(r.get("values", [])) > 1]
     assert caught == ["outcomes_test_recall10.facts.semantic.item_text_fingerprint"]

@@ -7,11 +7,28 @@ from agentpost.evidence.spread import spread_section
 
 def test_spread_section_flags_a_comparison_whose_estimate_moves_more_than_its_mde(tmp_path):
     (tmp_path / "book" / "spread").mkdir(parents=True)
-    measurement = {"seed": 42, "paths": ["avx2"], "paired": [
-        {"comparison": "paired_a_vs_b", "estimate": {"committed": -0.109, "avx2": -0.155}, "estimate_spread": 0.046,
-         "mde": 0.026, "verdicts": {"committed": "better", "avx2": "better"}, "spread_below_mde": False},
-        {"comparison": "paired_c_vs_d", "estimate": {"committed": 0.5, "avx2": 0.5}, "estimate_spread": 0.0,
-         "mde": 0.1, "verdicts": {"committed": "worse", "avx2": "worse"}, "spread_below_mde": True}]}
+    measurement = {
+        "seed": 42,
+        "paths": ["avx2"],
+        "paired": [
+            {
+                "comparison": "paired_a_vs_b",
+                "estimate": {"committed": -0.109, "avx2": -0.155},
+                "estimate_spread": 0.046,
+                "mde": 0.026,
+                "verdicts": {"committed": "better", "avx2": "better"},
+                "spread_below_mde": False,
+            },
+            {
+                "comparison": "paired_c_vs_d",
+                "estimate": {"committed": 0.5, "avx2": 0.5},
+                "estimate_spread": 0.0,
+                "mde": 0.1,
+                "verdicts": {"committed": "worse", "avx2": "worse"},
+                "spread_below_mde": True,
+            },
+        ],
+    }
     (tmp_path / "book" / "spread" / "kite.json").write_text(json.dumps(measurement))
     lines = spread_section(tmp_path, "kite")
     rows = [line for line in lines if line.startswith("| `")]

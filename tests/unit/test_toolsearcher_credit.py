@@ -4,7 +4,12 @@ import numpy as np
 import pytest
 
 from agentpost.toolsearcher.credit import (
-    event_advantages, first_discovery, group_credit, normalized_tool_credit, parse_tool_list, selection_reward,
+    event_advantages,
+    first_discovery,
+    group_credit,
+    normalized_tool_credit,
+    parse_tool_list,
+    selection_reward,
     set_f1,
 )
 
@@ -95,10 +100,12 @@ def test_reward_and_strict_parse():
     assert selection_reward(answer(G1, G2), [G1, G2]) == pytest.approx(1.1)
     assert selection_reward("no list here", [G1]) == 0.0
     assert selection_reward(answer(G1) + answer(G1), [G1]) == 0.0  # two blocks: no bonus, no prediction
-    assert selection_reward("<tool_list>\n" + G1, [G1]) == 0.0   # unterminated block
+    assert selection_reward("<tool_list>\n" + G1, [G1]) == 0.0  # unterminated block
     assert selection_reward(None, [G1]) == 0.0
     assert parse_tool_list(answer("Finance.spacHero.Latest SPAC Deals, IPOs, Closings")) == (
-        frozenset({"Finance.spacHero.Latest SPAC Deals, IPOs, Closings"}), True)
+        frozenset({"Finance.spacHero.Latest SPAC Deals, IPOs, Closings"}),
+        True,
+    )
     # conditional_selection scores against the targets the searches found
     assert selection_reward(answer(G1), [G1, G2], found={G1}, mode="conditional_selection") == pytest.approx(1.1)
     with pytest.raises(ValueError, match="reward mode"):
@@ -110,7 +117,9 @@ def test_comma_separated_list_and_malformed_blocks():
     # the spec's form <tool_list>c.t.a1, c.t.a2</tool_list>: two names -> F1 1 + 0.1 = 1.1 (read as one name: 0.1)
     assert selection_reward("<tool_list>c.t.a1, c.t.a2</tool_list>", ["c.t.a1", "c.t.a2"]) == pytest.approx(1.1)
     assert parse_tool_list("<tool_list>c.t.a1,c.t.a2\nc.t.a3</tool_list>") == (
-        frozenset({"c.t.a1", "c.t.a2", "c.t.a3"}), True)
+        frozenset({"c.t.a1", "c.t.a2", "c.t.a3"}),
+        True,
+    )
     # a comma inside an API name stays inside it, also in the comma-separated form
     spac = "Finance.spacHero.Latest SPAC Deals, IPOs, Closings"
     assert parse_tool_list(f"<tool_list>{spac}, c.t.a1</tool_list>")[0] == frozenset({spac, "c.t.a1"})

@@ -107,12 +107,20 @@ def test_strict_protocol_parsing():
     assert parse_turn(search_call("find weather", "Alpha"), cats).category == "Alpha"
     assert parse_turn(search_call("find weather"), cats).kind == "search"
     assert parse_turn(answer_text(["a.b.c"]), cats).kind == "answer"
-    for bad in ["hello", "<tool_call>{not json}</tool_call>", search_call("x") + search_call("y"),
-                '<tool_call>{"name": "other", "arguments": {"query": "x"}}</tool_call>',
-                search_call("x", "Zeta"), search_call("x") + answer_text([])]:
+    for bad in [
+        "hello",
+        "<tool_call>{not json}</tool_call>",
+        search_call("x") + search_call("y"),
+        '<tool_call>{"name": "other", "arguments": {"query": "x"}}</tool_call>',
+        search_call("x", "Zeta"),
+        search_call("x") + answer_text([]),
+    ]:
         assert parse_turn(bad, cats).kind == "malformed"
     assert clauses("Find a hotel. Also book it now please. Ok.") == (
-        "Find a hotel. Also book it now please. Ok.", "Find a hotel.", "Also book it now please.")
+        "Find a hotel. Also book it now please. Ok.",
+        "Find a hotel.",
+        "Also book it now please.",
+    )
 
 
 def test_tool_text_truncated_and_malformed_turn_retrieves_nothing(world):
@@ -123,6 +131,6 @@ def test_tool_text_truncated_and_malformed_turn_retrieves_nothing(world):
     env = SearchEnv(ret, ["word " * 500] * 12, topk=5, max_turns=8, max_response_tokens=25)
     idx, text = env.respond(parse_turn(search_call("q"), CATS))
     assert idx[0] == 0 and len(idx) == 5
-    assert len(env._tok.encode(text[len("<tool_response>"):-len("</tool_response>")])) <= 26
+    assert len(env._tok.encode(text[len("<tool_response>") : -len("</tool_response>")])) <= 26
     idx, text = env.respond(parse_turn("garbage", CATS))
     assert idx == [] and "error" in text

@@ -86,8 +86,11 @@ def test_run_seed_trains_each_reading_once_and_selects_on_validation(fake):
     assert all(len(r["test"]["f1"]) == 2 for r in rows)
     b = run_seed(world, tasks, tasks[:2], tasks[2:], cfg, 8)
     # a seed is a replication: another seed trains other policies (different sampled rollouts)
-    assert any(not np.array_equal(x["history"][0]["reward"], y["history"][0]["reward"]) or
-               x["history"][-1]["loss"] != y["history"][-1]["loss"] for x, y in zip(rows, b["variants"]))
+    assert any(
+        not np.array_equal(x["history"][0]["reward"], y["history"][0]["reward"])
+        or x["history"][-1]["loss"] != y["history"][-1]["loss"]
+        for x, y in zip(rows, b["variants"])
+    )
     assert data_version(tasks) == data_version(tasks) != data_version(tasks[::-1])
     with pytest.raises(ValueError, match="toolsearcher arm"):
         run_seed(world, tasks, tasks[:2], tasks[2:], TrainConfig(arm="grpo"), 7)

@@ -1,4 +1,4 @@
-""""Turn it by hand": the shared builder (agentpost.book.walkthrough), the chapter pages' JupyterLab link, and each
+""" "Turn it by hand": the shared builder (agentpost.book.walkthrough), the chapter pages' JupyterLab link, and each
 chapter's mechanism callback at a hand-checked setting (the worked examples of the chapters and their unit tests)."""
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 
 
 # --- the builder (needs ipywidgets, a dependency since the walkthroughs) ----------------------------------------
+
 
 @pytest.fixture
 def widgets():
@@ -73,6 +74,7 @@ def test_bad_controls_are_named(widgets):
 
 # --- the chapter pages' link into JupyterLab ----------------------------------------------------------------------
 
+
 def test_lab_link_points_chapter_pages_at_the_lab_root_and_nothing_else():
     assert lab_link("http://localhost:8888/", "notebooks/graft") == "http://localhost:8888/lab/tree/graft.ipynb"
     assert lab_link("http://h:1", "notebooks/paired-protocol") == "http://h:1/lab/tree/paired-protocol.ipynb"
@@ -81,6 +83,7 @@ def test_lab_link_points_chapter_pages_at_the_lab_root_and_nothing_else():
 
 
 # --- the chapters' mechanisms at hand-checked settings ------------------------------------------------------------
+
 
 def test_graft_worked_example_at_three_rollouts():
     """V(s1) = 0.9 (1 + 0)/2 = 0.45, V(s0) = 0.9 (2 * 0.45 + 0)/3 = 0.27; TD(0) of T3's first step 0.9 * 0.45 - 0.27 =
@@ -145,19 +148,24 @@ def test_codeskills_skill_mass_by_hand():
     """6 skills and 19 primitives: uniform m = 6/25 = 0.24, P(no skill in 10) = 0.76^10; equal_mass m = 1/2."""
     t = codeskills_wt.selection_table(6, 19, "uniform", 10).set_index("mode")
     assert t.loc["uniform (chosen)", "skill mass m"] == 0.24 and t.loc["uniform (chosen)", "actions"] == 25
-    assert t.loc["uniform (chosen)", "P(no skill call)"] == round(0.76 ** 10, 4)
+    assert t.loc["uniform (chosen)", "P(no skill call)"] == round(0.76**10, 4)
     assert t.loc["equal_mass", "skill mass m"] == 0.5
     assert codeskills_wt.selection_table(2, 0, "equal_mass", 5)["skill mass m"].tolist() == [1.0, 1.0]  # no primitives
     with pytest.raises(ValueError, match="n_skills"):
         codeskills_wt.selection_table(0, 19, "uniform", 10)
 
 
-@pytest.mark.parametrize("module, values", [
-    (graft_wt, {"n_rollouts": 6, "gamma": 0.95}), (madrl_wt, {"w0": 0.2, "w1": 0.2, "w2": 0.6}),
-    (opsd_wt, {"updates": 12, "ema_decay": 0.7, "sync_every": 3}),
-    (codeskills_wt, {"n_skills": 3, "n_primitives": 8, "mode": "equal_mass", "decisions": 20}),
-    (muser_wt, {"angle_deg": 20.0, "tau": 0.5}),
-], ids=["graft", "madrl", "opsd", "codeskills", "muser"])
+@pytest.mark.parametrize(
+    "module, values",
+    [
+        (graft_wt, {"n_rollouts": 6, "gamma": 0.95}),
+        (madrl_wt, {"w0": 0.2, "w1": 0.2, "w2": 0.6}),
+        (opsd_wt, {"updates": 12, "ema_decay": 0.7, "sync_every": 3}),
+        (codeskills_wt, {"n_skills": 3, "n_primitives": 8, "mode": "equal_mass", "decisions": 20}),
+        (muser_wt, {"angle_deg": 20.0, "tau": 0.5}),
+    ],
+    ids=["graft", "madrl", "opsd", "codeskills", "muser"],
+)
 def test_each_render_gives_a_figure_and_its_table(module, values):
     fig, table = module.render(**values)
     assert isinstance(fig, Figure) and len(table) > 0 and np.isfinite(table.select_dtypes("number").to_numpy()).all()
