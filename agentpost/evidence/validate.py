@@ -166,9 +166,8 @@ def check_run(run_dir: Path, outcomes: bool = True) -> Report:
     if cached is None:
         report = _check_run(run_dir)
         _store(key, report)
-        if outcomes or not report.receipt:
-            return report
-        report.receipt = {**report.receipt, "metrics": rc.load_raw(run_dir / rc.RECEIPT_NAME)["metrics"]}
+        if not outcomes and report.complete:
+            report.receipt = {**report.receipt, "metrics": rc.load_raw(run_dir / rc.RECEIPT_NAME)["metrics"]}
         return report
     report = Report(
         run_dir,

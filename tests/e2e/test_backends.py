@@ -21,6 +21,7 @@ import yaml
 
 from agentpost.errors import UsageError
 from agentpost.evidence import receipt as rc
+from agentpost.evidence import run_store
 from agentpost.evidence.validate import check_run
 from agentpost.project import config, project_root
 from agentpost.run.backends import SLURM_LOGS, RayBackend, SlurmBackend, init_ray, make_backend
@@ -192,7 +193,7 @@ def _local(tiny_runs, seed: int) -> dict:
     project, result = tiny_runs
     assert result.returncode == 0, result.stdout + result.stderr
     run = next(r for r in run_folders(project) if r.parent.name == "tiny" and r.name.startswith(f"seed-{seed}-"))
-    return rc.load_raw(run / rc.RECEIPT_NAME)
+    return run_store.read_receipt(run)  # its outcomes read back, as check_run gives the remote run's
 
 
 def _same_evidence(remote: dict, local: dict, backend: str) -> None:
