@@ -290,11 +290,12 @@ def run_folder(chapter: str, profile: str, kind: str, seed: int, key: str) -> Pa
 
 
 def run_dirs(root: Path | None = None) -> list[Path]:
-    """Every finished run folder under ``root`` (default: the runs root), profile and ad-hoc runs alike; a folder
-    that is a symbolic link is listed (not followed further), so that validation names it instead of skipping it."""
+    """Every finished run folder under ``root`` (default: the runs root), profile and ad-hoc runs alike, ``root``
+    itself included when it holds a receipt; a folder that is a symbolic link is listed (not followed further), so
+    that validation names it instead of skipping it. A receipt in an unexpected place (``book/runs/receipt.json``)
+    is listed like any other and found invalid where it lies; it never hides the runs beside or below it, so
+    ``list``, ``validate``, ``compare`` and the ledger agree on which runs exist."""
     root = runs_root() if root is None else Path(root)
-    if (root / RECEIPT_NAME).is_file():
-        return [root]
     found = []
     for folder, subfolders, files in os.walk(root) if root.is_dir() else ():
         if RECEIPT_NAME in files and not Path(folder).name.startswith(".tmp-"):

@@ -133,3 +133,15 @@ def test_a_run_lost_before_it_made_a_folder_is_failed_not_an_invalid_folder():
     assert _invalid_runs([lost]) == []
     row, failed = summary_table([lost]).splitlines()[2:]
     assert row.split()[-1] == "-" and failed == "FAILED kite seed 42: worker died"
+
+
+def test_a_stray_receipt_is_listed_where_it_lies_and_hides_no_run(tmp_path):
+    from agentpost.evidence import receipt as rc
+
+    root = tmp_path / "runs"
+    runs = [root / "kite" / "cpu" / f"seed-{s}-k" for s in (1, 2)]
+    for folder in (root, root / "kite", *runs):
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / rc.RECEIPT_NAME).write_text("{}")
+    assert rc.run_dirs(root) == sorted([root, root / "kite", *runs])  # the strays are listed, the runs too
+    assert rc.run_dirs(runs[0]) == [runs[0]]  # a run folder named alone is that run
