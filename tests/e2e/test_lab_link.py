@@ -145,7 +145,7 @@ def test_chapter_page_shows_the_static_view_and_its_button_opens_the_live_notebo
             button.click()
         lab = opened.value
         lab.wait_for_url(f"**{urlparse(href).path}")
-        cell = lab.locator(".jp-CodeCell", has_text="turn_by_hand(graft_by_hand.render")
+        cell = lab.locator(".jp-CodeCell", has_text="graft_by_hand.render,")  # the turn_by_hand call, however formatted
         cell.wait_for(timeout=120_000)
         cell.locator(".jp-InputArea-editor").click(position={"x": 30, "y": 8})
         lab.keyboard.press("Shift+Enter")  # queued until the kernel is up
