@@ -31,6 +31,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict
 
 from agentpost.record.hashing import (
+    CODE_HASH_RULE,
     code_hash,
     notebook_code_hash,
     notebook_source_hash,
@@ -190,7 +191,7 @@ def changed_code(imported: dict[str, str], by_code: bool = True) -> list[str]:
     for rel, digest in sorted(imported.items()):
         path = root / rel
         try:
-            same = path.resolve().is_relative_to(root) and digest_of(path) == digest
+            same = _inside(str(path), str(root)) and digest_of(path) == digest
         except (OSError, UnicodeDecodeError):
             same = False
         if not same:
@@ -198,16 +199,30 @@ def changed_code(imported: dict[str, str], by_code: bool = True) -> list[str]:
     return changed
 
 
-_CODE_CACHE: dict[tuple[str, int, int], str] = {}
+@functools.lru_cache(maxsize=None)
+def _inside(path: str, root: str) -> bool:
+    """Whether ``path`` resolves inside ``root`` (once per process and path: links do not move under a command)."""
+    return Path(path).resolve().is_relative_to(root)
 
 
 def code_file_hash(path: Path) -> str:
-    """:func:`code_hash` of a Python file, memoized on (path, size, mtime)."""
-    st = path.stat()
-    key = (str(path.resolve()), st.st_size, st.st_mtime_ns)
-    if key not in _CODE_CACHE:
-        _CODE_CACHE[key] = code_hash(path.read_text(encoding="utf-8"))
-    return _CODE_CACHE[key]
+    """:func:`code_hash` of a Python file, kept in the project's cache under the sha256 of its bytes (itself
+    memoized on path, size and mtime), so a command does not parse every imported file again."""
+    from agentpost.project import cache_root
+
+    digest = sha256_file(path)
+    kept = cache_root() / "code-hashes" / f"{CODE_HASH_RULE}-{digest}"
+    try:
+        return kept.read_text(encoding="ascii")
+    except OSError:
+        pass
+    value = code_hash(path.read_bytes().decode("utf-8"))
+    try:
+        kept.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(kept, value)
+    except OSError:  # a read-only cache only costs time
+        pass
+    return value
 
 
 @functools.lru_cache(maxsize=None)
