@@ -54,23 +54,8 @@ class Bot:
     """
 
     #: Parsed views of one observation, dropped whenever a new one arrives.
-    CACHED = (
-        "chars",
-        "glyphs",
-        "message",
-        "walkable",
-        "frontier",
-        "monsters",
-        "objects",
-        "stairs",
-        "lava",
-        "water",
-        "boulders",
-        "inventory",
-        "tree",
-        "distances",
-        "cmap_grid",
-    )
+    CACHED = ("chars", "glyphs", "message", "walkable", "frontier", "monsters", "objects", "stairs", "lava", "water",
+              "boulders", "inventory", "tree", "distances", "cmap_grid")
 
     def __init__(self, env, obs: dict):
         self.env = env
@@ -193,10 +178,8 @@ class Bot:
     def objects(self) -> list[tuple[int, int]]:
         """(x, y) of visible objects that can be picked up (boulders cannot)."""
         g = self.glyphs
-        ys, xs = np.nonzero(
-            (((g >= GLYPH_OBJ_OFF) & (g < GLYPH_CMAP_OFF)) | ((g >= GLYPH_BODY_OFF) & (g < GLYPH_RIDDEN_OFF)))
-            & (g != BOULDER_GLYPH)
-        )
+        ys, xs = np.nonzero((((g >= GLYPH_OBJ_OFF) & (g < GLYPH_CMAP_OFF)) | ((g >= GLYPH_BODY_OFF) & (g < GLYPH_RIDDEN_OFF)))
+                            & (g != BOULDER_GLYPH))
         return [(int(x), int(y)) for x, y in zip(xs, ys)]
 
     @cached_property
@@ -227,7 +210,7 @@ class Bot:
         pad = np.pad(unknown, 1)
         near = np.zeros_like(unknown)
         for dx, dy in DIRECTIONS.values():
-            near |= pad[1 + dy : 1 + dy + unknown.shape[0], 1 + dx : 1 + dx + unknown.shape[1]]
+            near |= pad[1 + dy:1 + dy + unknown.shape[0], 1 + dx:1 + dx + unknown.shape[1]]
         ys, xs = np.nonzero(self.walkable & near)
         return {(int(x), int(y)) for x, y in zip(xs, ys)} - self.visited
 
@@ -250,9 +233,8 @@ class Bot:
 
         def shifted(a, dx, dy):  # out[y, x] = a[y + dy, x + dx], False outside the map
             out = np.zeros_like(a)
-            out[max(0, -dy) : h - max(0, dy), max(0, -dx) : w - max(0, dx)] = a[
-                max(0, dy) : h - max(0, -dy) or None, max(0, dx) : w - max(0, -dx) or None
-            ]
+            out[max(0, -dy):h - max(0, dy), max(0, -dx):w - max(0, dx)] = a[max(0, dy):h - max(0, -dy) or None,
+                                                                          max(0, dx):w - max(0, -dx) or None]
             return out
 
         moves = {}
@@ -274,7 +256,6 @@ class Bot:
         if not (0 <= tx < w and 0 <= ty < h) or not walk[ty, tx] or (x, y, name) in self.blocked:
             return False
         if dx and dy:
-
             def door(cx, cy):
                 t = int(self.terrain[cy, cx])
                 return 0 <= t < 100 and bool(_DOOR_LUT[t])
@@ -290,10 +271,8 @@ class Bot:
         for mx, my in self.monsters:
             walk[my, mx] = False
         h, w = walk.shape
-        legal = [
-            (name, dx + dy * w, moves.ravel().tolist())
-            for (name, moves), (dx, dy) in zip(self.legal_moves(walk).items(), DIRECTIONS.values())
-        ]
+        legal = [(name, dx + dy * w, moves.ravel().tolist())
+                 for (name, moves), (dx, dy) in zip(self.legal_moves(walk).items(), DIRECTIONS.values())]
         x0, y0 = self.pos
         start = y0 * w + x0
         prev = {start: None}

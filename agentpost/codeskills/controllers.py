@@ -99,10 +99,8 @@ class ScriptedController:
 
 
 # ---- LLM policy -----------------------------------------------------------------------------------------------
-INSTRUCTION = (
-    "You play MiniHack (NetHack). Reach the down staircase '>'. You are '@'. "
-    "Reply with exactly one action name from the list, and nothing else."
-)
+INSTRUCTION = ("You play MiniHack (NetHack). Reach the down staircase '>'. You are '@'. "
+               "Reply with exactly one action name from the list, and nothing else.")
 
 
 #: Per-task hints by MiniHack task family (the id's first word after ``MiniHack-``); other tasks get none.
@@ -128,10 +126,8 @@ def prompt_parts(bot: Bot, space: ActionSpace, *, task: str = "") -> tuple[str, 
     inv = ", ".join(f"{k}: {v}" for k, v in bot.inventory.items()) or "(empty)"
     hint = task_instruction(task)
     head = f"{INSTRUCTION}\nTask: {task}{(' - ' + hint) if hint else ''}\nActions:\n{actions}\nRecent decisions:\n"
-    tail = (
-        f"\nMessage: {bot.message or '(none)'}\nStatus: {bot.status_text()}\nInventory: {inv}\n"
-        f"Map:\n{bot.map_text()}\nAction:"
-    )
+    tail = (f"\nMessage: {bot.message or '(none)'}\nStatus: {bot.status_text()}\nInventory: {inv}\n"
+            f"Map:\n{bot.map_text()}\nAction:")
     return head, tail
 
 
@@ -145,9 +141,7 @@ def render_prompt(bot: Bot, space: ActionSpace, history: list[str], *, task: str
     return join_prompt(head, history, tail)
 
 
-def fit_prompt_ids(
-    tokenizer, head: str, history: list[str], tail: str, max_tokens: int | None
-) -> tuple[list[int], int]:
+def fit_prompt_ids(tokenizer, head: str, history: list[str], tail: str, max_tokens: int | None) -> tuple[list[int], int]:
     """Token ids of the prompt within ``max_tokens``: the oldest history lines are dropped first, so the instruction,
     the action list and the observation are always kept. Returns (ids, history lines dropped); raises a clear error
     when even the prompt without history is longer than ``max_tokens``."""
@@ -155,10 +149,8 @@ def fit_prompt_ids(
         ids = prompt_ids(tokenizer, join_prompt(head, history[dropped:], tail))
         if max_tokens is None or len(ids) <= max_tokens:
             return ids, dropped
-    raise ValueError(
-        f"max_prompt_tokens={max_tokens} is shorter than the prompt without history ({len(ids)} tokens: "
-        f"instruction, action list and observation must fit)"
-    )
+    raise ValueError(f"max_prompt_tokens={max_tokens} is shorter than the prompt without history ({len(ids)} tokens: "
+                     f"instruction, action list and observation must fit)")
 
 
 def history_line(choice: Choice, outcome: DecisionOutcome) -> str:
@@ -181,9 +173,8 @@ def parse_action(text: str, space: ActionSpace) -> str | None:
 def prompt_ids(tokenizer, prompt: str) -> list[int]:
     """Token ids of a prompt: the user turn of the chat template where the tokenizer has one, else plain text."""
     if getattr(tokenizer, "chat_template", None):
-        out = tokenizer.apply_chat_template(
-            [{"role": "user", "content": prompt}], add_generation_prompt=True, return_dict=True
-        )
+        out = tokenizer.apply_chat_template([{"role": "user", "content": prompt}], add_generation_prompt=True,
+                                            return_dict=True)
         return list(out["input_ids"])
     return list(tokenizer(prompt)["input_ids"])
 
@@ -195,17 +186,8 @@ class LMController:
     template (instruct models) the prompt is the user turn; otherwise it is plain text. ``max_prompt_tokens`` (None:
     no limit) drops the oldest history lines until the prompt fits (:func:`fit_prompt_ids`), as SFT encodes it."""
 
-    def __init__(
-        self,
-        model,
-        tokenizer,
-        *,
-        max_new_tokens: int = 8,
-        max_history: int = 16,
-        task: str = "",
-        name: str = "lm",
-        max_prompt_tokens: int | None = None,
-    ):
+    def __init__(self, model, tokenizer, *, max_new_tokens: int = 8, max_history: int = 16, task: str = "",
+                 name: str = "lm", max_prompt_tokens: int | None = None):
         if max_new_tokens < 1 or max_history < 0:
             raise ValueError("max_new_tokens must be >= 1 and max_history >= 0")
         if max_prompt_tokens is not None and max_prompt_tokens < 1:
@@ -222,28 +204,17 @@ class LMController:
         import torch
 
         head, tail = prompt_parts(bot, space, task=self.task)
-        history = self.history[-self.max_history :] if self.max_history else []
-        ids = torch.tensor(
-            [fit_prompt_ids(self.tokenizer, head, history, tail, self.max_prompt_tokens)[0]], device=self.model.device
-        )
+        history = self.history[-self.max_history:] if self.max_history else []
+        ids = torch.tensor([fit_prompt_ids(self.tokenizer, head, history, tail, self.max_prompt_tokens)[0]],
+                           device=self.model.device)
         pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.tokenizer.eos_token_id
         with torch.no_grad():
-            out = self.model.generate(
-                ids,
-                attention_mask=torch.ones_like(ids),
-                max_new_tokens=self.max_new_tokens,
-                do_sample=False,
-                pad_token_id=pad,
-            )
-        new = out[0, ids.shape[1] :]
+            out = self.model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=self.max_new_tokens,
+                                      do_sample=False, pad_token_id=pad)
+        new = out[0, ids.shape[1]:]
         text = self.tokenizer.decode(new, skip_special_tokens=True)
-        return Choice(
-            parse_action(text, space),
-            raw=text,
-            prompt_tokens=int(ids.shape[1]),
-            output_tokens=int(new.shape[0]),
-            lm_call=True,
-        )
+        return Choice(parse_action(text, space), raw=text, prompt_tokens=int(ids.shape[1]),
+                      output_tokens=int(new.shape[0]), lm_call=True)
 
     def observe(self, choice: Choice, outcome: DecisionOutcome, bot: Bot) -> None:
         self.history.append(history_line(choice, outcome))

@@ -25,31 +25,17 @@ from agentpost.codeskills import search
 from agentpost.codeskills.search import GreedyController
 from agentpost.record.outcomes import arm_facts, fingerprint
 
-TASKS = (
-    "MiniHack-Room-5x5-v0",
-    "MiniHack-Room-15x15-v0",
-    "MiniHack-Corridor-R3-v0",
-    "MiniHack-Corridor-R5-v0",
-    "MiniHack-Quest-Easy-v0",
-    "MiniHack-River-Narrow-v0",
-)
+TASKS = ("MiniHack-Room-5x5-v0", "MiniHack-Room-15x15-v0", "MiniHack-Corridor-R3-v0", "MiniHack-Corridor-R5-v0",
+         "MiniHack-Quest-Easy-v0", "MiniHack-River-Narrow-v0")
 
 #: (controller, interface) arms. The greedy search controller (:mod:`agentpost.codeskills.search`) plays every
 #: interface and chooses between skills and keys in mixed mode. random_equal_mass differs from random_uniform only
 #: where both kinds of action exist (mixed); the scripted heuristic picks skills whenever they exist, so its mixed run
 #: equals its skill-only run by construction (a unit test checks it) and is not run twice. The random controllers are
 #: floors: what an interface gives a controller that does not plan (no headline comparison rests on them).
-ARMS = (
-    ("random_uniform", "primitive"),
-    ("random_uniform", "skill"),
-    ("random_uniform", "mixed"),
-    ("random_equal_mass", "mixed"),
-    ("scripted", "primitive"),
-    ("scripted", "skill"),
-    ("greedy", "primitive"),
-    ("greedy", "skill"),
-    ("greedy", "mixed"),
-)
+ARMS = (("random_uniform", "primitive"), ("random_uniform", "skill"), ("random_uniform", "mixed"),
+        ("random_equal_mass", "mixed"), ("scripted", "primitive"), ("scripted", "skill"),
+        ("greedy", "primitive"), ("greedy", "skill"), ("greedy", "mixed"))
 
 #: eqdec: equal decisions (max_decisions for every interface); eqsteps: equal primitive steps (the step budget for
 #: every interface, decisions up to the same number).
@@ -89,17 +75,8 @@ def arm_name(controller_name: str, interface: str, mode: str) -> str:
     return f"{controller_name}_{interface}_{mode}"
 
 
-def run_grid(
-    tasks,
-    episodes: dict,
-    seed: int,
-    arms=ARMS,
-    budgets: Budgets = Budgets(),
-    *,
-    modes=BUDGET_MODES,
-    lm=None,
-    progress: bool = True,
-) -> pd.DataFrame:
+def run_grid(tasks, episodes: dict, seed: int, arms=ARMS, budgets: Budgets = Budgets(), *,
+             modes=BUDGET_MODES, lm=None, progress: bool = True) -> pd.DataFrame:
     """One row per episode at ``seed``: every arm under every budget mode. ``episodes[task]`` instances per task;
     ``lm=(name, controller)`` adds an LM arm per interface (its history is reset per episode)."""
     missing = [t for t in tasks if t not in episodes]
@@ -121,27 +98,10 @@ def run_grid(
         if isinstance(ctrl, LMController):
             ctrl.task = task.removeprefix("MiniHack-")
         for ep in range(episodes[task]):
-            res = run_episode(
-                envs[task],
-                ctrl,
-                space,
-                b,
-                env_seed=env_seed(seed, ep),
-                rng=np.random.default_rng([int(seed), ep]),
-                task=task,
-                interface=interface,
-            )
-            rows.append(
-                {
-                    **res.row(),
-                    "controller": ctrl_name,
-                    "budget": mode,
-                    "max_decisions": b.max_decisions,
-                    "seed": int(seed),
-                    "episode": ep,
-                    "item": f"{short(task)}-s{int(seed)}-e{ep}",
-                }
-            )
+            res = run_episode(envs[task], ctrl, space, b, env_seed=env_seed(seed, ep),
+                              rng=np.random.default_rng([int(seed), ep]), task=task, interface=interface)
+            rows.append({**res.row(), "controller": ctrl_name, "budget": mode, "max_decisions": b.max_decisions,
+                         "seed": int(seed), "episode": ep, "item": f"{short(task)}-s{int(seed)}-e{ep}"})
             bar.update()
     bar.close()
     for env in envs.values():
@@ -164,25 +124,12 @@ def arm_facts_of(df: pd.DataFrame, budgets: Budgets) -> dict:
     out = {}
     for arm, g in df.groupby("arm", sort=True):
         ctrl = g["controller"].iloc[0]
-        code = inspect.getsource(
-            ScriptedController
-            if ctrl == "scripted"
-            else search
-            if ctrl == "greedy"
-            else RandomController
-            if ctrl.startswith("random_")
-            else LMController
-        )
-        out[arm] = arm_facts(
-            checkpoint=fingerprint(code),
-            data_version=data,
-            updates=0,
-            max_new_tokens=None,
-            controller=ctrl,
-            budget=g["budget"].iloc[0],
-            max_primitive_steps=budgets.max_primitive_steps or "task limit",
-            max_decisions_by_task={t: int(v) for t, v in g.groupby("task")["max_decisions"].first().items()},
-        )
+        code = inspect.getsource(ScriptedController if ctrl == "scripted" else search if ctrl == "greedy" else
+                                 RandomController if ctrl.startswith("random_") else LMController)
+        out[arm] = arm_facts(checkpoint=fingerprint(code), data_version=data, updates=0, max_new_tokens=None,
+                             controller=ctrl,
+                             budget=g["budget"].iloc[0], max_primitive_steps=budgets.max_primitive_steps or "task limit",
+                             max_decisions_by_task={t: int(v) for t, v in g.groupby("task")["max_decisions"].first().items()})
     return out
 
 
@@ -191,17 +138,11 @@ def summary_table(df: pd.DataFrame) -> pd.DataFrame:
     success, LM calls and tokens per episode, episodes run."""
     keys = ["task", "budget", "controller", "interface"]
     g = df.groupby(keys, sort=False)
-    out = g.agg(
-        episodes=("success", "size"),
-        success_rate=("success", "mean"),
-        decisions_per_episode=("decisions", "mean"),
-        primitive_steps_per_episode=("primitive_steps", "mean"),
-        zero_step_decisions=("zero_step_decisions", "mean"),
-        lm_calls_per_episode=("lm_calls", "mean"),
-        tokens_per_episode=("prompt_tokens", "mean"),
-        output_tokens_per_episode=("output_tokens", "mean"),
-        unparseable_per_episode=("unparseable", "mean"),
-    ).reset_index()
+    out = g.agg(episodes=("success", "size"), success_rate=("success", "mean"),
+                decisions_per_episode=("decisions", "mean"), primitive_steps_per_episode=("primitive_steps", "mean"),
+                zero_step_decisions=("zero_step_decisions", "mean"), lm_calls_per_episode=("lm_calls", "mean"),
+                tokens_per_episode=("prompt_tokens", "mean"), output_tokens_per_episode=("output_tokens", "mean"),
+                unparseable_per_episode=("unparseable", "mean")).reset_index()
     steps_ok = df[df.success > 0].groupby(keys, sort=False)["primitive_steps"].mean()
     out["primitive_steps_per_success"] = [steps_ok.get(k, np.nan) for k in zip(*(out[c] for c in keys))]
     out["tokens_per_episode"] += out.pop("output_tokens_per_episode")
@@ -214,17 +155,10 @@ def short(task: str) -> str:
     return task.removeprefix("MiniHack-").removesuffix("-v0").lower().replace("-", "_")
 
 
-def lm_arm(
-    model, tokenizer, *, max_new_tokens: int, max_history: int, name: str = "lm", max_prompt_tokens: int | None = None
-) -> tuple[str, LMController]:
-    return name, LMController(
-        model,
-        tokenizer,
-        max_new_tokens=max_new_tokens,
-        max_history=max_history,
-        name=name,
-        max_prompt_tokens=max_prompt_tokens,
-    )
+def lm_arm(model, tokenizer, *, max_new_tokens: int, max_history: int, name: str = "lm",
+           max_prompt_tokens: int | None = None) -> tuple[str, LMController]:
+    return name, LMController(model, tokenizer, max_new_tokens=max_new_tokens, max_history=max_history, name=name,
+                              max_prompt_tokens=max_prompt_tokens)
 
 
 def load_lm_policy(spec: str, *, device: str = "cpu", seed: int = 0):
@@ -235,9 +169,7 @@ def load_lm_policy(spec: str, *, device: str = "cpu", seed: int = 0):
     :mod:`agentpost.codeskills.sft` before it plays), ``sft:<folder>`` (such a checkpoint, saved), ``hub:<id>``
     (e.g. ``hub:Qwen/Qwen2.5-1.5B-Instruct``; fails clearly where the hub cannot be reached).
     """
-    if not isinstance(spec, str) or not (
-        spec in ("tiny_random", "tool_lm", "sft") or spec.startswith(("sft:", "hub:"))
-    ):
+    if not isinstance(spec, str) or not (spec in ("tiny_random", "tool_lm", "sft") or spec.startswith(("sft:", "hub:"))):
         raise ValueError(f"lm_policy must be tiny_random, tool_lm, sft, sft:<folder> or hub:<model id>, got {spec!r}")
     from agentpost.models.lm import load_tool_lm, tiny_random_lm
     from agentpost.models.tokenizer import load_tokenizer

@@ -25,32 +25,16 @@ OBS_KEYS = ("glyphs", "chars", "blstats", "message", "tty_chars", "inv_strs", "i
 #: (y = yes, n = no, and the inventory letters h j k l y u b n); ``item_<x>`` answer "which item?" prompts for
 #: the other early inventory letters. The set is the same for every task (spec ambiguity 2: a curated subset).
 PRIMITIVE_KEYS: dict[str, int] = {
-    "north": ord("k"),
-    "east": ord("l"),
-    "south": ord("j"),
-    "west": ord("h"),
-    "northeast": ord("u"),
-    "southeast": ord("n"),
-    "southwest": ord("b"),
-    "northwest": ord("y"),
-    "search": ord("s"),
-    "pickup": ord(","),
-    "kick": 4,
-    "zap": ord("z"),
-    "esc": 27,
-    "item_a": ord("a"),
-    "item_c": ord("c"),
-    "item_d": ord("d"),
-    "item_e": ord("e"),
-    "item_f": ord("f"),
+    "north": ord("k"), "east": ord("l"), "south": ord("j"), "west": ord("h"),
+    "northeast": ord("u"), "southeast": ord("n"), "southwest": ord("b"), "northwest": ord("y"),
+    "search": ord("s"), "pickup": ord(","), "kick": 4, "zap": ord("z"), "esc": 27,
+    "item_a": ord("a"), "item_c": ord("c"), "item_d": ord("d"), "item_e": ord("e"), "item_f": ord("f"),
     "item_g": ord("g"),
 }
 
 PRIMITIVE_DESCRIPTIONS: dict[str, str] = {
-    **{
-        d: f"move one square {d}"
-        for d in ("north", "east", "south", "west", "northeast", "southeast", "southwest", "northwest")
-    },
+    **{d: f"move one square {d}" for d in ("north", "east", "south", "west", "northeast", "southeast",
+                                           "southwest", "northwest")},
     "search": "search adjacent squares for hidden doors and corridors",
     "pickup": "pick up what lies on this square",
     "kick": "kick (then a direction)",
@@ -61,14 +45,8 @@ PRIMITIVE_DESCRIPTIONS: dict[str, str] = {
 
 #: Compass direction name -> (dx, dy) on the NetHack map (y grows downwards).
 DIRECTIONS: dict[str, tuple[int, int]] = {
-    "north": (0, -1),
-    "east": (1, 0),
-    "south": (0, 1),
-    "west": (-1, 0),
-    "northeast": (1, -1),
-    "southeast": (1, 1),
-    "southwest": (-1, 1),
-    "northwest": (-1, -1),
+    "north": (0, -1), "east": (1, 0), "south": (0, 1), "west": (-1, 0),
+    "northeast": (1, -1), "southeast": (1, 1), "southwest": (-1, 1), "northwest": (-1, -1),
 }
 
 # NLE 1.3 end statuses (nle.env.base.NLE.StepStatus; MiniHack adds TASK_SUCCESSFUL = 2).
@@ -83,10 +61,8 @@ def _import_minihack():
             import minihack  # noqa: F401  (registers the MiniHack-* ids)
             from nle import nethack
     except ImportError as err:  # pragma: no cover - depends on the install
-        raise ImportError(
-            "the code-skills chapter needs the `minihack` extra: pip install -e '.[minihack]' "
-            "(minihack==1.0.2, nle==1.3.0, setuptools<81)"
-        ) from err
+        raise ImportError("the code-skills chapter needs the `minihack` extra: pip install -e '.[minihack]' "
+                          "(minihack==1.0.2, nle==1.3.0, setuptools<81)") from err
     return gymnasium, nethack
 
 
@@ -114,12 +90,8 @@ def make_env(task: str, *, des_file: str | None = None, max_episode_steps: int |
     gymnasium, _ = _import_minihack()
     if not isinstance(task, str) or task not in gymnasium.registry or not task.startswith("MiniHack-"):
         raise ValueError(f"unknown MiniHack task {task!r}; registered ids come from registered_tasks()")
-    kwargs = dict(
-        observation_keys=OBS_KEYS,
-        actions=tuple(key_to_nle_action(k) for k in PRIMITIVE_KEYS.values()),
-        disable_env_checker=True,
-        **options,
-    )
+    kwargs = dict(observation_keys=OBS_KEYS, actions=tuple(key_to_nle_action(k) for k in PRIMITIVE_KEYS.values()),
+                  disable_env_checker=True, **options)
     if des_file is not None:
         kwargs["des_file"] = des_file
     with warnings.catch_warnings():

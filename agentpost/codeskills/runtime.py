@@ -52,9 +52,8 @@ def action_space(interface: str, skills=DEFAULT_SKILLS, primitives=tuple(PRIMITI
     """primitive-only (A_p), skill-only (A_s) or mixed (A_s + A_p)."""
     if interface not in INTERFACES:
         raise ValueError(f"interface must be one of {INTERFACES}, got {interface!r}")
-    return ActionSpace(
-        skills=() if interface == "primitive" else skills, primitives=() if interface == "skill" else primitives
-    )
+    return ActionSpace(skills=() if interface == "primitive" else skills,
+                       primitives=() if interface == "skill" else primitives)
 
 
 @dataclass(frozen=True)
@@ -81,12 +80,9 @@ class Budgets:
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
                 raise ValueError(f"Budgets.{name} must be a positive int, got {v!r}")
-        if self.max_primitive_steps is not None and (
-            not isinstance(self.max_primitive_steps, int) or self.max_primitive_steps < 1
-        ):
-            raise ValueError(
-                f"Budgets.max_primitive_steps must be a positive int or None, got {self.max_primitive_steps!r}"
-            )
+        if self.max_primitive_steps is not None and (not isinstance(self.max_primitive_steps, int)
+                                                     or self.max_primitive_steps < 1):
+            raise ValueError(f"Budgets.max_primitive_steps must be a positive int or None, got {self.max_primitive_steps!r}")
         if self.counts not in ("top_level", "all_calls"):
             raise ValueError(f"Budgets.counts must be 'top_level' or 'all_calls', got {self.counts!r}")
         if not 0 < self.gamma <= 1:
@@ -95,7 +91,7 @@ class Budgets:
 
 def discounted(rewards, gamma: float) -> float:
     """R_d = sum_k gamma^k r_k (spec, "Quantities")."""
-    return float(sum(r * gamma**k for k, r in enumerate(rewards)))
+    return float(sum(r * gamma ** k for k, r in enumerate(rewards)))
 
 
 @dataclass
@@ -146,9 +142,8 @@ class EpisodeResult:
         return d
 
 
-def run_decision(
-    bot: Bot, space: ActionSpace, action: str, budgets: Budgets, step_limit: int, panics: tuple[str, ...]
-) -> DecisionOutcome:
+def run_decision(bot: Bot, space: ActionSpace, action: str, budgets: Budgets, step_limit: int,
+                 panics: tuple[str, ...]) -> DecisionOutcome:
     """Execute one decision: one primitive, or a skill until done / failed / cap / panic / episode end / budget."""
     if action not in space:
         raise ValueError(f"action {action!r} is not in this interface's action space {space.names}")
@@ -179,11 +174,8 @@ def run_decision(
             if bot.done:
                 result = "episode_end"
                 break
-            if (
-                bot.panic_guard
-                and all(bot.panic_guard)
-                and (("hp_loss" in panics and bot.hp < hp) or ("new_monster" in panics and len(bot.monsters) > n_mon))
-            ):
+            if bot.panic_guard and all(bot.panic_guard) and (
+                    ("hp_loss" in panics and bot.hp < hp) or ("new_monster" in panics and len(bot.monsters) > n_mon)):
                 result = "panic"
                 break
             item = gen.send(None)
@@ -194,25 +186,14 @@ def run_decision(
     return DecisionOutcome(action, "skill", len(rewards), discounted(rewards, budgets.gamma), result)
 
 
-def run_episode(
-    env,
-    controller,
-    space: ActionSpace,
-    budgets: Budgets,
-    *,
-    env_seed: int,
-    rng: np.random.Generator,
-    task: str = "",
-    interface: str = "",
-    panics: tuple[str, ...] = ("hp_loss", "new_monster"),
-    keep_trace: bool = False,
-) -> EpisodeResult:
+def run_episode(env, controller, space: ActionSpace, budgets: Budgets, *, env_seed: int,
+                rng: np.random.Generator, task: str = "", interface: str = "",
+                panics: tuple[str, ...] = ("hp_loss", "new_monster"), keep_trace: bool = False) -> EpisodeResult:
     """One seeded episode of ``controller`` on ``env`` through ``space`` under ``budgets``."""
     obs, _ = seeded_reset(env, env_seed)
     bot = Bot(env, obs)
-    step_limit = (
-        max_steps(env) if budgets.max_primitive_steps is None else min(max_steps(env), budgets.max_primitive_steps)
-    )
+    step_limit = max_steps(env) if budgets.max_primitive_steps is None else min(max_steps(env),
+                                                                               budgets.max_primitive_steps)
     controller.reset(rng)
     decisions = zero = skill_dec = prim_dec = unparseable = lm_calls = p_tok = o_tok = 0
     no_progress, ret, stop = 0, 0.0, None
@@ -248,23 +229,8 @@ def run_episode(
             stop = "no_progress"
     end_kind = bot.end.kind if bot.done else "truncated"
     return EpisodeResult(
-        task=task,
-        interface=interface,
-        controller=getattr(controller, "name", type(controller).__name__),
-        env_seed=int(env_seed),
-        success=bot.success,
-        stop_reason=stop,
-        end_kind=end_kind,
-        decisions=decisions,
-        all_calls=bot.calls,
-        primitive_steps=bot.steps,
-        zero_step_decisions=zero,
-        skill_decisions=skill_dec,
-        primitive_decisions=prim_dec,
-        unparseable=unparseable,
-        lm_calls=lm_calls,
-        prompt_tokens=p_tok,
-        output_tokens=o_tok,
-        discounted_return=ret,
-        trace=trace,
-    )
+        task=task, interface=interface, controller=getattr(controller, "name", type(controller).__name__),
+        env_seed=int(env_seed), success=bot.success, stop_reason=stop, end_kind=end_kind, decisions=decisions,
+        all_calls=bot.calls, primitive_steps=bot.steps, zero_step_decisions=zero, skill_decisions=skill_dec,
+        primitive_decisions=prim_dec, unparseable=unparseable, lm_calls=lm_calls, prompt_tokens=p_tok,
+        output_tokens=o_tok, discounted_return=ret, trace=trace)

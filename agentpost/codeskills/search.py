@@ -35,7 +35,8 @@ import numpy as np
 from scipy.sparse import csr_matrix
 from scipy.sparse.csgraph import dijkstra
 
-from agentpost.codeskills.bot import BOULDER_GLYPH, GLYPH_CMAP_OFF, S_DNSTAIR, S_LAVA, S_ROOM, S_STONE, WATER_CMAP, Bot
+from agentpost.codeskills.bot import (BOULDER_GLYPH, GLYPH_CMAP_OFF, S_DNSTAIR, S_LAVA, S_ROOM, S_STONE, WATER_CMAP,
+                                     Bot)
 from agentpost.codeskills.env import DIRECTIONS, EndKind
 from agentpost.codeskills.runtime import ActionSpace, Choice
 from agentpost.codeskills.skills import SKILLS
@@ -162,7 +163,7 @@ class Potential:
         pad = np.pad(unknown, 1)
         near = np.zeros_like(unknown)
         for dx, dy in DIRECTIONS.values():
-            near |= pad[1 + dy : 1 + dy + unknown.shape[0], 1 + dx : 1 + dx + unknown.shape[1]]
+            near |= pad[1 + dy:1 + dy + unknown.shape[0], 1 + dx:1 + dx + unknown.shape[1]]
         ys, xs = np.nonzero((np.isin(cm, list(WATER_CMAP)) | (cm == S_LAVA)) & near)
         return {(int(x), int(y)) for x, y in zip(xs, ys)}
 
@@ -253,16 +254,8 @@ class GreedyController:
     @staticmethod
     def state_key(bot: Bot, space: ActionSpace) -> tuple:
         """Everything the scores read: the map, the hero, the message, the Bot's memory and the action list."""
-        return (
-            bot.obs["glyphs"].tobytes(),
-            bot.pos,
-            bot.obs["message"].tobytes(),
-            tuple(sorted(bot.blocked)),
-            len(bot.visited),
-            tuple(sorted(bot.searched.items())),
-            bot.terrain.tobytes(),
-            space.names,
-        )
+        return (bot.obs["glyphs"].tobytes(), bot.pos, bot.obs["message"].tobytes(), tuple(sorted(bot.blocked)),
+                len(bot.visited), tuple(sorted(bot.searched.items())), bot.terrain.tobytes(), space.names)
 
     def scores(self, bot: Bot, space: ActionSpace) -> dict[str, tuple[float, float, int]]:
         """Per action: (progress per step, progress, model steps)."""
@@ -280,10 +273,8 @@ class GreedyController:
         if self._memo is None or self._memo[0] != key:  # an unchanged state has the same scores (a stuck search)
             self._memo = (key, self.scores(bot, space))
         self.last_scores = self._memo[1]
-        best = min(
-            self.last_scores,
-            key=lambda a: (-self.last_scores[a][0], -self.last_scores[a][1], self.last_scores[a][2], a),
-        )
+        best = min(self.last_scores, key=lambda a: (-self.last_scores[a][0], -self.last_scores[a][1],
+                                                    self.last_scores[a][2], a))
         if self.last_scores[best][1] > 0:
             return Choice(best)
         return Choice(next((a for a in FALLBACK if a in space), best))

@@ -39,7 +39,7 @@ class TraceRecorder:
 
     def act(self, bot, space) -> Choice:
         head, tail = prompt_parts(bot, space, task=self.task)
-        history = self.history[-self.max_history :] if self.max_history else []
+        history = self.history[-self.max_history:] if self.max_history else []
         choice = self.inner.act(bot, space)
         self.examples.append({"head": head, "history": list(history), "tail": tail, "action": choice.action})
         return choice
@@ -49,16 +49,8 @@ class TraceRecorder:
         self.inner.observe(choice, outcome, bot)
 
 
-def collect_traces(
-    tasks,
-    episodes: int,
-    seeds,
-    interfaces=("primitive", "skill", "mixed"),
-    budgets: Budgets = Budgets(),
-    *,
-    max_history: int = 16,
-    successful_only: bool = True,
-) -> list[dict]:
+def collect_traces(tasks, episodes: int, seeds, interfaces=("primitive", "skill", "mixed"),
+                   budgets: Budgets = Budgets(), *, max_history: int = 16, successful_only: bool = True) -> list[dict]:
     """Scripted-controller decisions on ``episodes`` instances per trace seed, task and interface."""
     out = []
     for task in tasks:
@@ -66,19 +58,10 @@ def collect_traces(
         for interface in interfaces:
             for seed in seeds:
                 for ep in range(episodes):
-                    rec = TraceRecorder(
-                        ScriptedController(), task=task.removeprefix("MiniHack-"), max_history=max_history
-                    )
-                    res = run_episode(
-                        env,
-                        rec,
-                        action_space(interface),
-                        budgets,
-                        env_seed=int(seed) * 10_000 + ep,
-                        rng=np.random.default_rng([int(seed), ep]),
-                        task=task,
-                        interface=interface,
-                    )
+                    rec = TraceRecorder(ScriptedController(), task=task.removeprefix("MiniHack-"),
+                                        max_history=max_history)
+                    res = run_episode(env, rec, action_space(interface), budgets, env_seed=int(seed) * 10_000 + ep,
+                                      rng=np.random.default_rng([int(seed), ep]), task=task, interface=interface)
                     if res.success or not successful_only:
                         out += [{**e, "task": task, "interface": interface} for e in rec.examples]
         env.close()
@@ -98,25 +81,13 @@ def target_loss(model, ids: torch.Tensor, mask: torch.Tensor, attn: torch.Tensor
     """Mean next-token cross-entropy over target positions (mask = 1 on the tokens to predict)."""
     logits = model(input_ids=ids, attention_mask=attn).logits[:, :-1].float()
     labels, m = ids[:, 1:], mask[:, 1:].float()
-    nll = torch.nn.functional.cross_entropy(
-        logits.reshape(-1, logits.shape[-1]), labels.reshape(-1), reduction="none"
-    ).view_as(m)
+    nll = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1),
+                                            reduction="none").view_as(m)
     return (nll * m).sum() / m.sum().clamp(min=1)
 
 
-def finetune(
-    model,
-    tokenizer,
-    examples: list[dict],
-    *,
-    updates: int,
-    lr: float,
-    batch_size: int,
-    max_prompt_tokens: int = 1024,
-    device: str = "cpu",
-    seed: int = 0,
-    progress: bool = True,
-) -> dict:
+def finetune(model, tokenizer, examples: list[dict], *, updates: int, lr: float, batch_size: int,
+             max_prompt_tokens: int = 1024, device: str = "cpu", seed: int = 0, progress: bool = True) -> dict:
     """AdamW on the target loss; returns the training log (losses per update, examples whose history was shortened
     to fit ``max_prompt_tokens``)."""
     if not examples:
@@ -140,7 +111,7 @@ def finetune(
         mask = torch.zeros((batch_size, width), dtype=torch.long)
         attn = torch.zeros((batch_size, width), dtype=torch.long)
         for row, (x, m) in enumerate(batch):  # right padding; padded positions are neither attended nor scored
-            ids[row, : len(x)], mask[row, : len(m)], attn[row, : len(x)] = torch.tensor(x), torch.tensor(m), 1
+            ids[row, :len(x)], mask[row, :len(m)], attn[row, :len(x)] = torch.tensor(x), torch.tensor(m), 1
         loss = target_loss(model, ids.to(device), mask.to(device), attn.to(device))
         opt.zero_grad()
         loss.backward()
@@ -148,15 +119,9 @@ def finetune(
         opt.step()
         losses.append(float(loss.detach()))
     model.eval()
-    return {
-        "updates": updates,
-        "examples": len(examples),
-        "history_shortened": shortened,
-        "first_loss": losses[0],
-        "final_loss": losses[-1],
-        "losses": losses,
-        "seconds": time.time() - t0,
-    }
+    return {"updates": updates, "examples": len(examples), "history_shortened": shortened,
+            "first_loss": losses[0], "final_loss": losses[-1],
+            "losses": losses, "seconds": time.time() - t0}
 
 
 def save(model, tokenizer, out_dir: str | Path, log: dict) -> Path:

@@ -110,14 +110,9 @@ def search_hidden(bot: Bot, times: int = 5) -> SkillGen:
     walk, cm = bot.walkable, bot.cmap()
     spots = []
     for x, y in bot.reachable(bot.tree):
-        walls = sum(
-            1
-            for dx, dy in DIRECTIONS.values()
-            if 0 <= y + dy < walk.shape[0]
-            and 0 <= x + dx < walk.shape[1]
-            and not walk[y + dy, x + dx]
-            and cm[y + dy, x + dx] != 34
-        )
+        walls = sum(1 for dx, dy in DIRECTIONS.values()
+                    if 0 <= y + dy < walk.shape[0] and 0 <= x + dx < walk.shape[1] and not walk[y + dy, x + dx]
+                    and cm[y + dy, x + dx] != 34)
         if walls:
             spots.append((bot.searched[(x, y)], -walls, (x, y)))
     if not spots:

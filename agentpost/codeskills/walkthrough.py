@@ -18,10 +18,8 @@ from agentpost.codeskills.runtime import DEFAULT_SKILLS, ActionSpace
 
 def mixed_space(n_skills: int, n_primitives: int) -> ActionSpace:
     if not 1 <= n_skills <= len(DEFAULT_SKILLS) or not 0 <= n_primitives <= len(PRIMITIVE_KEYS):
-        raise ValueError(
-            f"n_skills must be in 1..{len(DEFAULT_SKILLS)} and n_primitives in 0..{len(PRIMITIVE_KEYS)}, "
-            f"got {n_skills}, {n_primitives}"
-        )
+        raise ValueError(f"n_skills must be in 1..{len(DEFAULT_SKILLS)} and n_primitives in 0..{len(PRIMITIVE_KEYS)}, "
+                         f"got {n_skills}, {n_primitives}")
     return ActionSpace(skills=DEFAULT_SKILLS[:n_skills], primitives=tuple(PRIMITIVE_KEYS)[:n_primitives])
 
 
@@ -34,15 +32,9 @@ def selection_table(n_skills: int, n_primitives: int, mode: str, decisions: int)
     rows = []
     for m in ("uniform", "equal_mass"):
         mass = float(RandomController.probabilities(space, m)[:n_skills].sum())
-        rows.append(
-            {
-                "mode": m + (" (chosen)" if m == mode else ""),
-                "actions": len(space),
-                "skill mass m": mass,
-                f"skill calls in {decisions} decisions": decisions * mass,
-                "P(no skill call)": (1.0 - mass) ** decisions,
-            }
-        )
+        rows.append({"mode": m + (" (chosen)" if m == mode else ""), "actions": len(space), "skill mass m": mass,
+                     f"skill calls in {decisions} decisions": decisions * mass,
+                     "P(no skill call)": (1.0 - mass) ** decisions})
     return pd.DataFrame(rows).round(4)
 
 
