@@ -79,7 +79,7 @@ def read_outcomes(data: bytes) -> dict[str, dict]:
     import numpy as np
     import pyarrow.parquet as pq
 
-    table = pq.read_table(io.BytesIO(data))
+    table = pq.read_table(io.BytesIO(data), use_threads=False)  # no thread pool left behind in a process that forks
     scrap, arm, item = (table.column(c).to_numpy(zero_copy_only=False) for c in _COLUMNS[:3])
     value = table.column("value").to_numpy()
     if len(value) == 0:
