@@ -126,20 +126,28 @@ def _file_digest(path: Path) -> str | None:
     return sha256_file(path) if path.is_file() and not path.is_symlink() else None
 
 
-def _cache_key(run_dir: Path) -> str | None:
+def _read_receipt(run_dir: Path) -> dict | None:
+    """The receipt as JSON, or None where it cannot be read as an object (``_check_run`` then names why)."""
+    try:
+        raw = rc.load_raw(run_dir / rc.RECEIPT_NAME)
+    except (OSError, ValueError, RecursionError):
+        return None
+    return raw if isinstance(raw, dict) else None
+
+
+def _cache_key(run_dir: Path, receipt: dict | None) -> str | None:
     """What every check of :func:`check_run` but staleness depends on: the run's files, where it lies, the chapter's
     catalogue entry, profile and notebook, and the rules' code (None: the folder cannot be keyed)."""
-    try:
-        receipt = rc.load_raw(run_dir / rc.RECEIPT_NAME)
-        chapter, profile = receipt.get("chapter"), receipt.get("profile")
-    except (OSError, ValueError, RecursionError, AttributeError):
+    if receipt is None:
         return None
+    chapter, profile = receipt.get("chapter"), receipt.get("profile")
     inputs = None
     if catalogue_profile(chapter, profile):
+        from agentpost.catalogue import CATALOGUE_DIR
         from agentpost.catalogue import chapter as get_chapter
 
         ch = get_chapter(chapter)
-        catalogue = Path(__file__).resolve().parents[1] / "catalogue" / f"{chapter}.yaml"
+        catalogue = CATALOGUE_DIR / f"{chapter}.yaml"
         inputs = [_file_digest(p) for p in (ch.notebook, ch.profile_path(profile), catalogue)]
     files = [rc.RECEIPT_NAME, rc.NOTEBOOK_NAME, rc.STORED_NOTEBOOK_NAME, run_store.OUTCOMES_NAME]
     return sha256_json(
@@ -161,13 +169,14 @@ def check_run(run_dir: Path, outcomes: bool = True) -> Report:
     the run's files, the chapter's notebook, profile and catalogue entry, the rules' code), so reading unchanged runs
     again does not re-parse their notebooks; staleness is judged anew on every call."""
     run_dir = Path(run_dir)
-    key = _cache_key(run_dir)
+    raw = _read_receipt(run_dir)
+    key = _cache_key(run_dir, raw)
     cached = _cached(key)
     if cached is None:
         report = _check_run(run_dir)
         _store(key, report)
         if not outcomes and report.complete:
-            report.receipt = {**report.receipt, "metrics": rc.load_raw(run_dir / rc.RECEIPT_NAME)["metrics"]}
+            report.receipt = {**report.receipt, "metrics": raw["metrics"]}
         return report
     report = Report(
         run_dir,
@@ -175,7 +184,6 @@ def check_run(run_dir: Path, outcomes: bool = True) -> Report:
         malformed=cached["malformed"],
         complete=cached["complete"],
     )
-    raw = rc.load_raw(run_dir / rc.RECEIPT_NAME)
     if report.complete:
         metrics = (
             run_store.inflate(None, raw["metrics"], run_store.read_outcomes_file(run_dir))[1]
@@ -185,7 +193,7 @@ def check_run(run_dir: Path, outcomes: bool = True) -> Report:
         report.receipt = {**raw, "metrics": metrics}
         report.stale = stale_inputs(report.receipt)
     else:
-        report.receipt = raw if isinstance(raw, dict) else {}
+        report.receipt = raw or {}
     return report
 
 

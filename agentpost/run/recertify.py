@@ -23,7 +23,6 @@ class Outcome:
     """What re-certification found: the certificate written (None when something differed or nothing was stale)."""
 
     certificate: Path | None
-    seeds: list[int] = field(default_factory=list)
     differences: dict[int, list[str]] = field(default_factory=dict)
     message: str = ""
 
@@ -94,7 +93,7 @@ def recertify(
     results = run_batch([s for s in specs if s.seed not in made], jobs=jobs, backend=backend)
     new_dirs = {**made, **{r.spec.seed: project_root() / r.run_dir if r.run_dir else None for r in results}}
     errors = {r.spec.seed: r.error for r in results}
-    outcome, checks, new_receipt = Outcome(None, chosen), [], None
+    outcome, checks, new_receipt = Outcome(None), [], None
     for seed in chosen:
         new_dir = new_dirs[seed]
         report = check_run(new_dir) if new_dir else None

@@ -81,7 +81,7 @@ def test_only_the_graft_runs_import_the_graft_training_code():
         receipt = json.loads((folder / "receipt.json").read_text())
         if "agentpost/graft/train.py" in receipt.get("imported_code", {}):
             importers.add(receipt["chapter"])
-    assert importers <= {"graft"}
+    assert importers == {"graft"}
     assert (code_root() / "agentpost" / "graft" / "train.py").is_file()
 
 
