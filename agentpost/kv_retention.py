@@ -116,7 +116,7 @@ def select(
         chosen = middle[select_top_b(scores[..., middle], quota)]
     else:
         rows = scores.reshape(-1, n)
-        chosen = torch.stack([_bucketed(row, middle, quota, bucket_ids.to(scores.device), buckets) for row in rows])
+        chosen = torch.stack([_bucketed(row, middle, quota, bucket_ids.to(scores.device), buckets) for row in rows])  # type: ignore[union-attr]  # given with buckets
         chosen = chosen.reshape(*lead, quota)
     return torch.sort(torch.cat([kept.expand(*lead, n_protected), chosen], dim=-1), dim=-1).values
 

@@ -108,7 +108,7 @@ def _comparison(path: Path, raw: dict, claim_ids: set[str]) -> Comparison:
         why=raw["why"].strip(),
         items=raw.get("items", "crossed"),
         headline=bool(raw.get("headline", False)),
-        bounds=tuple(map(float, bounds)) if bounds is not None else None,
+        bounds=tuple(map(float, bounds)) if bounds is not None else None,  # type: ignore[arg-type]  # two elements: checked above
         may_differ=tuple(raw.get("may_differ", ())),
     )
 

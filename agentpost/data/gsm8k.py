@@ -48,14 +48,14 @@ def problems(split: str) -> tuple[dict, ...]:
     return tuple(local_rows(data_file("gsm8k", SPLITS[split]), "json").to_list())
 
 
-def annotations(split: str) -> list[str]:
+def annotations(split: str) -> list[str]:  # type: ignore[no-redef]  # shadows the __future__ feature name
     """Every calculator annotation of the split, in file order (``"48/2=24"``)."""
     return [m for p in problems(split) for m in _ANNOTATION.findall(p["answer"])]
 
 
 def _binary(split: str, max_digits: int) -> list[Expression]:
     seen, out = set(), []
-    for ann in annotations(split):
+    for ann in annotations(split):  # type: ignore[operator]  # the function below, not the __future__ feature
         m = _BINARY.fullmatch(ann.replace(" ", ""))
         if m is None or any(len(g) > max_digits for g in (m[1], m[3], m[4])):
             continue

@@ -177,15 +177,15 @@ def leave_last_out(data: Interactions, *, min_eval_len: int = 5) -> Split:
         else:
             train.append(s)
             train_t.append(t)
-    ev = np.asarray(ev, dtype=np.int64)
+    ev = np.asarray(ev, dtype=np.int64)  # type: ignore[assignment]  # the users, now as an array
     val = EvalCase(
-        ev,
+        ev,  # type: ignore[arg-type]
         [data.items[u][:-2] for u in ev],
         np.array([data.items[u][-2] for u in ev]),
         np.array([data.times[u][-2] for u in ev]),
     )
     test = EvalCase(
-        ev,
+        ev,  # type: ignore[arg-type]
         [data.items[u][:-1] for u in ev],
         np.array([data.items[u][-1] for u in ev]),
         np.array([data.times[u][-1] for u in ev]),
@@ -216,7 +216,7 @@ def time_split(data: Interactions, *, val_quantile: float = 0.8, test_quantile: 
         raise ValueError(f"need 0 < val_quantile < test_quantile < 1, got {val_quantile}, {test_quantile}")
     all_t = np.concatenate(data.times)
     val_cut, test_cut = (int(np.quantile(all_t, q)) for q in (val_quantile, test_quantile))
-    cases = {"validation": ([], [], [], []), "test": ([], [], [], [])}
+    cases = {"validation": ([], [], [], []), "test": ([], [], [], [])}  # type: ignore[var-annotated]
     cold = {"validation": 0, "test": 0}
     train, train_t = [], []
     for u, (s, t) in enumerate(zip(data.items, data.times)):

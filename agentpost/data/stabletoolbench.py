@@ -148,7 +148,7 @@ def split_by_group(queries, fractions: tuple[float, float, float] = (0.6, 0.2, 0
     """
     if len(fractions) != 3 or abs(sum(fractions) - 1.0) > 1e-9 or min(fractions) <= 0:
         raise ValueError(f"fractions must be three positive numbers summing to 1, got {fractions}")
-    splits = {"train": [], "validation": [], "test": []}
+    splits = {"train": [], "validation": [], "test": []}  # type: ignore[var-annotated]
     for group in GROUPS:
         qs = [q for q in queries if q.group == group]
         qs.sort(key=lambda q: hashlib.sha256(f"{salt}{q.uid}".encode()).hexdigest())

@@ -231,7 +231,7 @@ def _one_trace(
         if api.tool not in used_tools:
             targets.append(api)
             used_tools.add(api.tool)
-    distractor_apis = []
+    distractor_apis = []  # type: ignore[var-annotated]
     for api in shuffled:
         if len(distractor_apis) == rounds * distractors:
             break

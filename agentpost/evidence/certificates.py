@@ -22,7 +22,7 @@ import re
 from collections import defaultdict
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
@@ -126,7 +126,8 @@ def differences(chapter: str, old_nb, new_nb) -> tuple[list[str], int, int]:
 
 def default_seeds(batch: list[dict]) -> list[int]:
     """The batch's seeds in order, as many as fit :data:`DEFAULT_BUDGET_S` of recorded wall time (at least one)."""
-    chosen, spent = [], 0.0
+    chosen: list[int] = []
+    spent = 0.0
     for receipt in sorted(batch, key=lambda r: r["seed"]):
         if chosen and spent + receipt["timing"]["wall_s"] > DEFAULT_BUDGET_S:
             break
@@ -137,7 +138,7 @@ def default_seeds(batch: list[dict]) -> list[int]:
 
 def write(chapter: str, profile: str, old: dict, new: dict, seeds: list[SeedCheck]) -> Path:
     """Seal and write the certificate linking ``old``'s configuration to ``new``'s (receipts of one seed each)."""
-    body = {
+    body: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,
         "chapter": chapter,
         "profile": profile,

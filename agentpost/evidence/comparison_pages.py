@@ -65,10 +65,10 @@ def forest_plot(computed: list[Computed], path: Path, title: str) -> bool:
     for y, c in enumerate(reversed(rows)):
         r, sign = c.result, 1.0 if c.comparison.higher_is_better else -1.0
         scale = sign / c.comparison.min_effect
-        lo, hi = sorted((r["ci_low"] * scale, r["ci_high"] * scale))
-        colour = CLASS_COLOURS.get(r.get("verdict_class"), "tab:purple")
+        lo, hi = sorted((r["ci_low"] * scale, r["ci_high"] * scale))  # type: ignore[index]  # rows with a result only
+        colour = CLASS_COLOURS.get(r.get("verdict_class"), "tab:purple")  # type: ignore[union-attr]  # rows with a result only
         ax.plot([lo, hi], [y, y], color=colour, lw=2)
-        ax.plot(r["estimate"] * scale, y, "o", color=colour)
+        ax.plot(r["estimate"] * scale, y, "o", color=colour)  # type: ignore[index]  # rows with a result only
     ax.set_yticks(range(len(rows)), [f"{c.comparison.id} ({c.verdict})" for c in reversed(rows)], fontsize=8)
     ax.set_xlabel("estimate / margin (oriented: right is better for the method arm b)", fontsize=8)
     ax.set_title(title, fontsize=9)
@@ -105,16 +105,16 @@ def settling_lines(computed: list[Computed], wall_s: float | None) -> list[str]:
                 ""
                 if low is None
                 else f" (about {_hours(low)} at `--jobs 2`"
-                + (f", up to {_hours(high)} if evaluation dominates)" if high > low * 1.05 else ")")
+                + (f", up to {_hours(high)} if evaluation dominates)" if high > low * 1.05 else ")")  # type: ignore[arg-type, operator]  # high is set whenever low is
             )
             said.append(f"{o.seeds} seeds at {o.items} items per seed{time}")
         goal = (
             "MDE down to the margin"
-            if c.result["mde"] > c.comparison.min_effect
+            if c.result["mde"] > c.comparison.min_effect  # type: ignore[index]  # rows with a result only
             else "a 95% CI that excludes the margin, if the estimate holds"
         )
         lines.append(
-            f"- `{c.comparison.id}` (MDE {c.result['mde']:.3g}, margin {c.comparison.min_effect:.3g}; "
+            f"- `{c.comparison.id}` (MDE {c.result['mde']:.3g}, margin {c.comparison.min_effect:.3g}; "  # type: ignore[index]  # rows with a result only
             f"needs MDE {options[0].target:.2g}: {goal}): " + "; ".join(said) + "."
         )
     if not lines:

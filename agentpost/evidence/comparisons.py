@@ -13,7 +13,7 @@ the same configuration (``agentpost run CHAPTER --seeds 45,46``) extends every c
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Iterable
+from typing import Any, Iterable
 
 from agentpost.catalogue import Chapter, Comparison, chapter as chapter_of
 from agentpost.record.hashing import sha256_json
@@ -78,7 +78,7 @@ def _outcomes_digest(metrics: dict) -> str:
 def _arm_meta(facts: dict, like: dict | None, may_differ: tuple[str, ...]):
     from agentpost.stats.paired import ArmMeta
 
-    values = {k: facts.get(k) for k in REQUIRED_FACTS}
+    values: dict[str, Any] = {k: facts.get(k) for k in REQUIRED_FACTS}
     if like is not None:
         values.update({k: like.get(k) for k in may_differ if k in REQUIRED_FACTS})
     return ArmMeta(**values)
@@ -93,7 +93,9 @@ def compute_one(chapter_id: str, profile: str, comparison: Comparison, runs) -> 
     if not by_seed:
         out.problem = f"no run records outcomes_{comparison.metric}"
         return out
-    a_vals, b_vals, seen = {}, {}, {}
+    a_vals: dict[int, dict] = {}
+    b_vals: dict[int, dict] = {}
+    seen: dict[str, int] = {}
     for seed, (data, key) in by_seed.items():
         arms = data["arms"]
         missing = [arm for arm in (comparison.a, comparison.b) if arm not in arms]
@@ -120,10 +122,10 @@ def compute_one(chapter_id: str, profile: str, comparison: Comparison, runs) -> 
                 _arm_meta(facts[comparison.a], None, ()),
                 _arm_meta(facts[comparison.b], facts[comparison.a], comparison.may_differ),
             )
-        kwargs = {"bounds": comparison.bounds} if comparison.bounds is not None else {}
+        kwargs: dict[str, Any] = {"bounds": comparison.bounds} if comparison.bounds is not None else {}
         result = compare(
-            a_vals,
-            b_vals,
+            a_vals,  # type: ignore[arg-type]  # Mapping keys are invariant: stats.compare should take Mapping[Any, ...]
+            b_vals,  # type: ignore[arg-type]
             meta_a=meta_a,
             meta_b=meta_b,
             higher_is_better=comparison.higher_is_better,

@@ -103,7 +103,7 @@ def malformed_message(runs: dict[tuple[str, str], list[Run]]) -> str | None:
     bad = sorted((r for group in runs.values() for r in group if r.malformed), key=lambda r: r.path)
     if not bad:
         return None
-    named = "; ".join(f"{r.path.as_posix()}/{rc.RECEIPT_NAME} ({r.malformed[:100]})" for r in bad[:5])
+    named = "; ".join(f"{r.path.as_posix()}/{rc.RECEIPT_NAME} ({r.malformed[:100]})" for r in bad[:5])  # type: ignore[index]  # bad holds malformed runs only
     more = f"; and {len(bad) - 5} more" if len(bad) > 5 else ""
     return f"{len(bad)} malformed receipt(s), listed as invalid and never counted: {named}{more}"
 

@@ -108,6 +108,7 @@ def migrated_files(run_dir: Path) -> dict[str, bytes]:
     )
     receipt = rc.build(**fields)
     back_nb, back_metrics = run_store.inflate(nbformat.reads(stored_text, as_version=4), metrics, outcomes)
+    assert back_nb is not None  # inflate returns the notebook it was given
     if sha256_json(back_metrics) != sha256_json(raw["metrics"]) or sha256_json(read_scraps(back_nb)) != sha256_json(
         read_scraps(nb)
     ):

@@ -12,14 +12,18 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from agentpost.evidence.comparisons import Computed, compute, configuration_runs
+
+if TYPE_CHECKING:
+    from agentpost.stats.planner import Plan
 
 
 @dataclass
 class PlanRow:
     computed: Computed
-    plan: object | None  # agentpost.stats.Plan
+    plan: Plan | None  # None when the comparison could not be computed
     wall_s: float | None  # median wall time of one pilot run
 
 
@@ -77,11 +81,12 @@ def render(rows: list[PlanRow], chapter_id: str, profile: str, *, show: int = 4)
             f"- {c.comparison.id} ({c.comparison.claim}{', headline' if c.comparison.headline else ''}; margin "
             f"{c.comparison.min_effect:.3g})"
         )
-        if row.plan is None:
+        if row.plan is None or c.result is None:  # plan_chapter plans exactly the computed comparisons
             out.append(f"{head}: no pilot: {c.problem}")
             continue
         n0 = _pilot_items(c.result)
         pilot = row.plan.pilot
+        assert pilot is not None  # plan_chapter always passes the pilot's design
         vc = row.plan.components
         out.append(
             f"{head}: pilot {pilot['seeds']} seeds x {n0} items -> MDE {pilot['mde']:.3g} "
@@ -127,6 +132,8 @@ def settling_target(computed: Computed, power: float = 0.8, alpha: float = 0.05)
     from statistics import NormalDist
 
     margin, result = computed.comparison.min_effect, computed.result
+    if result is None:
+        raise ValueError(f"comparison {computed.comparison.id!r} was not computed: {computed.problem}")
     if result["mde"] > margin:
         return margin
     z_a, z_b = NormalDist().inv_cdf(1 - alpha / 2), NormalDist().inv_cdf(power)
@@ -160,8 +167,8 @@ def what_would_settle(computed: Computed, wall_s: float | None, power: float = 0
             Settling(
                 n0 * factor,
                 target,
-                first and first["seeds"],
-                first and first["mde"],
+                first["seeds"] if first else None,
+                first["mde"] if first else None,
                 span and (span[0] / 120, span[1] / 120),
             )
         )

@@ -57,7 +57,7 @@ CODE_PATTERNS = ("agentpost/**/*.py", "agentpost/*/assets/**/*", "kernels/**/*.p
 Kind = Literal["profile", "ad-hoc"]
 #: Where a run can execute (agentpost.run.backends); ``submitit-local`` is submitit's local executor (no Slurm).
 BACKEND_NAMES = ("local", "ray", "slurm", "submitit-local")
-Backend = Literal[BACKEND_NAMES]
+Backend = Literal[BACKEND_NAMES]  # type: ignore[valid-type]  # the literal spelled from the names tuple
 
 
 class _Strict(BaseModel):
@@ -116,7 +116,7 @@ class ReceiptV2(_Strict):
 class ReceiptV3(ReceiptV2):
     """Schema version 3: before receipts listed the code files the run imported (read, never written)."""
 
-    schema_version: Literal[3]
+    schema_version: Literal[3]  # type: ignore[assignment]  # each schema its own version
     backend: Backend  # where it executed; not part of the run key
 
 
@@ -124,7 +124,7 @@ class ReceiptV4(ReceiptV2):
     """Schema version 4: imported files by their bytes, outcomes and the notebook stored as JSON (read, never
     written; ``agentpost migrate`` makes them version 5)."""
 
-    schema_version: Literal[4]
+    schema_version: Literal[4]  # type: ignore[assignment]  # each schema its own version
     backend: Backend  # where it executed; not part of the run key
     #: sha256 of every file of the project's code (CODE_PATTERNS' .py files, by path relative to the code root)
     #: that the run's kernel had imported when its last cell finished.
@@ -134,7 +134,7 @@ class ReceiptV4(ReceiptV2):
 class Receipt(ReceiptV2):
     """One run: a chapter notebook executed by papermill at one profile (plus overrides) and one seed."""
 
-    schema_version: Literal[5]
+    schema_version: Literal[5]  # type: ignore[assignment]  # each schema its own version
     backend: Backend  # where it executed; not part of the run key
     #: Code hash (hashing.code_hash) of every file of the project's code (CODE_PATTERNS' .py files, by path relative
     #: to the code root) that the run's kernel had imported when its last cell finished: staleness is judged by

@@ -17,6 +17,7 @@ import base64
 import json
 import math
 from pathlib import Path
+from typing import Any
 
 from agentpost.catalogue import Chapter
 from agentpost.evidence.comparison_pages import comparison_table, forest_plot
@@ -61,7 +62,7 @@ def glued_values(profile: str, computed: list[Computed]) -> dict:
 
 
 def _cell(kind: str, source: str, outputs: list | None = None) -> dict:
-    cell = {"cell_type": kind, "metadata": {}, "source": source}
+    cell: dict[str, Any] = {"cell_type": kind, "metadata": {}, "source": source}
     if kind == "code":
         cell.update(execution_count=None, outputs=outputs or [])
     return cell

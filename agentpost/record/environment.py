@@ -25,11 +25,11 @@ def package_versions() -> dict[str, str | None]:
         try:
             versions[name] = md.version(name)
         except md.PackageNotFoundError:
-            versions[name] = None
+            versions[name] = None  # type: ignore[assignment]
     import torch
 
-    versions["torch_cuda"] = torch.version.cuda
-    return versions
+    versions["torch_cuda"] = torch.version.cuda  # type: ignore[assignment]
+    return versions  # type: ignore[return-value]
 
 
 def _cpu_model() -> str:

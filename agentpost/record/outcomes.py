@@ -111,7 +111,7 @@ def _item_ids(items: Sequence[Hashable], n: int | None) -> list[str]:
         raise ValueError(f"record_outcomes: {len(ids)} item ids for {n} values")
     if len(set(ids)) != len(ids):
         seen: set[str] = set()
-        dup = next(i for i in ids if i in seen or seen.add(i))
+        dup = next(i for i in ids if i in seen or seen.add(i))  # type: ignore[func-returns-value]  # add() is None: a first sighting is False
         raise ValueError(f"record_outcomes: item ids must be unique (as strings); {dup!r} repeats")
     return ids
 

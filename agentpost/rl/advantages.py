@@ -76,7 +76,7 @@ def group_advantage(
         if scale == "group":
             adv[idx] = centred / (std + eps)
         elif scale == "batch":
-            adv[idx] = centred / (batch_std + eps)
+            adv[idx] = centred / (batch_std + eps)  # type: ignore[operator]  # set when scale == "batch"
         else:
             adv[idx] = centred
     return adv

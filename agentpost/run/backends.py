@@ -43,7 +43,7 @@ import signal
 import sys
 import time
 from pathlib import Path
-from typing import Callable, Iterator, Protocol
+from typing import Callable, Generator, Protocol
 
 from agentpost.errors import UsageError
 from agentpost.run.params import RunSpec
@@ -61,7 +61,7 @@ DEFAULT_SLURM_MINUTES = 60
 class Backend(Protocol):
     name: str
 
-    def submit(self, specs: list[RunSpec], *, jobs: int, progress: Progress | None = None) -> Iterator:
+    def submit(self, specs: list[RunSpec], *, jobs: int, progress: Progress | None = None) -> Generator:
         """Execute every spec, yielding each :class:`~agentpost.run.execute.RunResult` as soon as it is known
         (order not guaranteed); on ``KeyboardInterrupt`` end the running runs and re-raise."""
 
@@ -122,13 +122,13 @@ class LocalBackend:
 
     name = "local"
 
-    def submit(self, specs: list[RunSpec], *, jobs: int, progress: Progress | None = None) -> Iterator:
+    def submit(self, specs: list[RunSpec], *, jobs: int, progress: Progress | None = None) -> Generator:
         from agentpost.run.execute import clear_interrupted
 
         context = multiprocessing.get_context("spawn")
         messages = context.Queue()
         waiting = list(enumerate(specs))
-        running: dict[int, multiprocessing.Process] = {}
+        running: dict[int, multiprocessing.process.BaseProcess] = {}
         try:
             while waiting or running:
                 while waiting and len(running) < jobs:
@@ -271,7 +271,7 @@ class RayBackend:
                     f"{largest[1]:g} GPU(s)"
                 )
 
-    def submit(self, specs: list[RunSpec], *, jobs: int, progress: Progress | None = None) -> Iterator:
+    def submit(self, specs: list[RunSpec], *, jobs: int, progress: Progress | None = None) -> Generator:
         if not specs:
             return
         from agentpost.run.execute import commit
@@ -353,7 +353,7 @@ class SlurmBackend:
                         "allocates whole CPUs and GPUs (fractions are for --backend ray)"
                     )
 
-    def submit(self, specs: list[RunSpec], *, jobs: int, progress: Progress | None = None) -> Iterator:
+    def submit(self, specs: list[RunSpec], *, jobs: int, progress: Progress | None = None) -> Generator:
         if not specs:
             return
         from agentpost.run.execute import commit

@@ -28,6 +28,7 @@ import ast
 import math
 import re
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -196,16 +197,16 @@ def literal_assignments(source: str, where: str) -> dict[str, Any]:
         raise UsageError(f"{where}: the parameters cell is not valid Python (line {err.lineno}: {err.msg})") from None
     for node in body:
         if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.value is not None:
-            name = node.target.id
+            name, value = node.target.id, node.value
         elif isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
-            name = node.targets[0].id
+            name, value = node.targets[0].id, node.value
         else:
             raise UsageError(f"{where}: the parameters cell may only hold `name = literal` lines")
         try:
-            values[name] = ast.literal_eval(node.value)
+            values[name] = ast.literal_eval(value)
         except ValueError:
             raise UsageError(
-                f"{where}: parameter {name!r} = {ast.unparse(node.value)} is not a literal "
+                f"{where}: parameter {name!r} = {ast.unparse(value)} is not a literal "
                 "(write the value itself, e.g. 4000, not an expression)"
             ) from None
     return values
@@ -483,17 +484,17 @@ def parse_seeds(text: str | None, profile_seeds: Any, source: str) -> list[int]:
         raise UsageError(f"{source}: seeds must be a list of integers, got {type(seeds).__name__} {brief(seeds)}")
     if not seeds:
         raise UsageError(f"{source}: the seed list is empty; give --seeds 42,43,44 or `seeds:` in the profile")
-    parsed = []
+    parsed: list[int] = []
     for i, s in enumerate(seeds):
+        seed = s
         if isinstance(s, str):  # ASCII digits only: not '٤٣', '4_3', '+44' or '1e3'
-            parsed.append(int(s.strip()) if re.fullmatch(r"-?[0-9]{1,20}", s.strip()) else None)
-        else:
-            parsed.append(s)
-        if not isinstance(parsed[-1], int) or isinstance(parsed[-1], bool):
+            seed = int(s.strip()) if re.fullmatch(r"-?[0-9]{1,20}", s.strip()) else None
+        if not isinstance(seed, int) or isinstance(seed, bool):
             raise UsageError(
                 f"{source}: seeds must be integers, got {brief(s)} (seed {i + 1} of {len(seeds)}; "
                 "written in the digits 0-9)"
             )
+        parsed.append(seed)
     low, high = SEED_RANGE
     outside = [s for s in parsed if not low <= s <= high]
     if outside:
@@ -545,7 +546,7 @@ def started_chapter(chapter_id: str) -> tuple[Chapter, Any]:
 
 
 def plan_runs(
-    chapter_ids: list[str], profile: str, *, seeds: str | None = None, overrides: list[str] = ()
+    chapter_ids: list[str], profile: str, *, seeds: str | None = None, overrides: Sequence[str] = ()
 ) -> list[RunSpec]:
     """Validate everything and return the runs to execute, keys computed; raises :class:`UsageError` on bad input."""
     if not chapter_ids:

@@ -97,7 +97,7 @@ def recertify(
     for seed in chosen:
         new_dir = new_dirs[seed]
         report = check_run(new_dir) if new_dir else None
-        if report is None or report.problems or report.receipt.get("status") != "ok":
+        if new_dir is None or report is None or report.problems or report.receipt.get("status") != "ok":
             outcome.differences[seed] = [f"the re-run did not succeed and validate ({errors.get(seed) or 'invalid'})"]
             continue
         old_run = old[seed]
@@ -121,6 +121,7 @@ def recertify(
         )
         return outcome
     first = old[chosen[0]].receipt
+    assert new_receipt is not None  # chosen holds at least one seed, and each one reproduced
     outcome.certificate = certificates.write(chapter_id, profile, first, new_receipt, checks)
     outcome.message = (
         f"{chapter_id}/{profile}: re-certified: seeds {chosen} reproduce "
