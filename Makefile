@@ -27,13 +27,15 @@ test: $(STAMP)
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -p no:cacheprovider -m "not slow" tests/unit tests/kernels
 
-# ruff's formatter and linter (rules in pyproject.toml), mypy on the shared core ([tool.mypy] in pyproject.toml) and
-# the import layering (the shared core imports no paper; papers not each other; agentpost.record imports nothing of
-# the rest). Formatting stales no run: runs are judged by their code's syntax tree (book/receipts.md).
+# ruff's formatter and linter (rules in pyproject.toml), mypy on the shared core ([tool.mypy]), the import layers
+# ([tool.importlinter]: the shared core imports no paper; papers not each other; agentpost.record imports nothing of
+# the rest) and the kernels' part of them that import-linter cannot see (tests/unit/test_layering.py). Formatting
+# stales no run: runs are judged by their code's syntax tree (book/receipts.md).
 lint: $(STAMP)
 	$(BIN)/ruff format --check .
 	$(BIN)/ruff check .
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 	$(BIN)/python -m pytest -q -p no:cacheprovider tests/unit/test_layering.py
 
 # JupyterLab on notebooks/, where each chapter page's "Open in JupyterLab" button points (agentpost_lab_url in

@@ -2,8 +2,8 @@
 per-item outcomes with each arm's measured facts, the device and packages, content hashes.
 
 The ground floor of the evidence machinery: it imports nothing of :mod:`agentpost.evidence` (receipts, validation,
-the ledger) or :mod:`agentpost.run`, so an edit there never stales a run (DESIGN.md, "Evidence that stays current
-and travels"; ``tests/unit/test_layering.py``)."""
+the ledger) or :mod:`agentpost.run`, so an edit there never stales a run (README, "Evidence that stays current"; the
+import-linter layers in pyproject.toml hold it)."""
 
 from agentpost.record.environment import show_device
 from agentpost.record.recording import glue, glue_figure, glue_paired, glue_table

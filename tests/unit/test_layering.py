@@ -1,15 +1,17 @@
-"""Import layering (run by `make lint` and with the unit tests): the shared core never imports a paper's
-subpackage, and no paper's subpackage imports another's. Every `import` / `from ... import` counts, also inside
-functions, because a deferred import is still a dependency.
+"""Import layering of what import-linter cannot see (`make lint` runs both): the layers of ``agentpost`` are the
+contracts under ``[tool.importlinter]`` in pyproject.toml, but ``kernels/`` is installed as ``agentpost.kernels``
+through a symlink to a folder without ``__init__.py``, which import-linter's graph leaves out. Here: no paper's
+kernels import another paper, the kernels' shared helpers import no paper, and no module of ``agentpost`` imports
+another paper's kernels. Every ``import`` / ``from ... import`` counts, also inside functions.
 
 A paper owns ``agentpost/<paper>/`` and ``kernels/<paper>/`` (installed as ``agentpost.kernels.<paper>``); everything
-else under ``agentpost/`` and ``kernels/`` is the shared core (evidence, run, stats, rl, models, data, catalogue,
-the kernels' shared helpers, the command line).
+else is the shared core.
 """
 
 from __future__ import annotations
 
 import ast
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -52,55 +54,18 @@ def imported_modules(path: Path, root: Path) -> list[tuple[int, str]]:
 
 
 def layering_violations(files, root: Path = ROOT) -> list[str]:
+    """Imports from or into ``kernels/`` that cross from one paper to another or from the shared core to a paper
+    (the rest is import-linter's)."""
     bad = []
     for path in files:
-        src = owner(module_name(path, root))
+        module = module_name(path, root)
+        src = owner(module)
         for line, target in imported_modules(path, root):
             dst = owner(target)
-            if dst != "core" and dst != src:
+            involves_kernels = module.startswith("agentpost.kernels.") or target.startswith("agentpost.kernels.")
+            if involves_kernels and dst != "core" and dst != src:
                 who = "the shared core" if src == "core" else f"paper {src!r}"
                 bad.append(f"{path.relative_to(root)}:{line} ({who}) imports {target} (paper {dst!r})")
-    return bad
-
-
-#: Order inside the shared core: (importer prefix, prefixes it must not import). ``record`` (what a notebook calls to
-#: record evidence) is the ground floor: nothing of the project but itself, so no edit of validation, the ledger or
-#: the runner can stale a run; ``data`` sits below ``models``; inside ``data``, ``sources`` is the leaf and ``hf``
-#: does not reach back into ``registry`` (no import cycle); ``rl`` is pure tensors; ``evidence`` sits below ``run``.
-CORE_ORDER = (
-    (
-        "agentpost.record",
-        tuple(
-            f"agentpost.{p}"
-            for p in ("book", "catalogue", "cli", "data", "evidence", "models", "project", "rl", "run", "stats")
-        ),
-    ),
-    ("agentpost.data", ("agentpost.models", "agentpost.run", "agentpost.rl", "agentpost.stats")),
-    ("agentpost.data.sources", ("agentpost.",)),
-    ("agentpost.data.hf", ("agentpost.data.registry",)),
-    ("agentpost.models", ("agentpost.run", "agentpost.rl", "agentpost.stats")),
-    ("agentpost.rl", ("agentpost.data", "agentpost.evidence", "agentpost.models", "agentpost.run")),
-    ("agentpost.evidence", ("agentpost.run",)),
-)
-#: Known exceptions, each with its reason; an entry here is a debt to pay, not a rule.
-CORE_ORDER_KNOWN = {
-    # validate.py re-checks a receipt's parameters with the notebook-parameter parser of run/params.py; moving that
-    # parser below evidence belongs to the rewrite of agentpost/run (issue 24, owned there).
-    ("agentpost.evidence.validate", "agentpost.run.params"),
-}
-
-
-def core_order_violations(files, root: Path = ROOT) -> list[str]:
-    bad = []
-    for path in files:
-        src = module_name(path, root)
-        for line, target in imported_modules(path, root):
-            for importer, banned in CORE_ORDER:
-                if (src == importer or src.startswith(importer + ".")) and any(
-                    target == b.rstrip(".") or target.startswith(b if b.endswith(".") else b + ".") for b in banned
-                ):
-                    if not any(src == s and target.startswith(t) for s, t in CORE_ORDER_KNOWN):
-                        bad.append(f"{path.relative_to(root)}:{line} ({importer}) imports {target}")
     return bad
 
 
@@ -108,30 +73,25 @@ def package_files():
     return sorted([*(ROOT / "agentpost").rglob("*.py"), *(ROOT / "kernels").rglob("*.py")])
 
 
-def test_core_and_papers_are_layered():
+def test_kernels_are_layered():
     assert layering_violations(package_files()) == []
 
 
-def test_shared_core_is_ordered():
-    assert core_order_violations(package_files()) == []
-
-
-def test_core_order_names_a_cycle(tmp_path):
-    path = tmp_path / "agentpost" / "data" / "hf.py"
-    path.parent.mkdir(parents=True)
-    path.write_text("def f():\n    from agentpost.data.registry import data_file\n")
-    assert core_order_violations([path], tmp_path) == [
-        "agentpost/data/hf.py:2 (agentpost.data.hf) imports agentpost.data.registry.data_file"
-    ]
+def test_contracts_name_every_paper():
+    """The import-linter contracts and this test name the same papers."""
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["importlinter"]
+    layers = next(c for c in config["contracts"] if c.get("containers") == ["agentpost"])["layers"]
+    papers_layer = next(layer for layer in layers if "actkv" in layer)
+    assert sorted(p.strip() for p in papers_layer.split("|")) == sorted(PAPERS)
 
 
 @pytest.mark.parametrize(
     ("where", "source", "culprit"),
     [
-        ("agentpost/rl/x.py", "from agentpost.opsd.loss import distill_loss\n", "agentpost.opsd.loss.distill_loss"),
-        ("agentpost/madrl/x.py", "def f():\n    from agentpost import opsd\n", "agentpost.opsd"),
+        ("agentpost/rl/x.py", "from agentpost.kernels.actkv.compaction import compact\n", "agentpost.kernels.actkv"),
+        ("agentpost/madrl/x.py", "def f():\n    from agentpost.kernels import deltas\n", "agentpost.kernels.deltas"),
         ("kernels/deltas/x.py", "import agentpost.actkv.lrfu\n", "agentpost.actkv.lrfu"),
-        ("agentpost/evidence/x.py", "from ..kite import model\n", "agentpost.kite.model"),
+        ("kernels/x.py", "from .actkv import compaction\n", "agentpost.kernels.actkv.compaction"),
     ],
 )
 def test_checker_names_each_violation(tmp_path, where, source, culprit):
@@ -148,6 +108,8 @@ def test_checker_names_each_violation(tmp_path, where, source, culprit):
         ("kernels/deltas/k.py", "from agentpost.deltas.rule import chunk_gated_delta\n"),
         ("agentpost/opsd/l.py", "from agentpost.rl import aggregate\nfrom . import tasks\n"),
         ("agentpost/rl/d.py", "from agentpost.kernels._common import next_pow2\nimport torch\n"),
+        # no kernels involved: import-linter's contracts judge it
+        ("agentpost/madrl/x.py", "from agentpost import opsd\n"),
     ],
 )
 def test_same_paper_and_core_imports_are_allowed(tmp_path, where, source):
