@@ -344,7 +344,7 @@ def _cmd_migrate(args) -> int:
 
 
 def _cmd_recertify(args) -> int:
-    from agentpost.run.params import parse_seeds
+    from agentpost.catalogue.params import parse_seeds
     from agentpost.run.recertify import recertify
 
     _profile_of(args.chapter, args.profile)

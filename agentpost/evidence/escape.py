@@ -85,16 +85,3 @@ def code(text: object, limit: int = CELL_LIMIT) -> str:
     fence = "`" * (longest + 1)
     pad = " " if s.startswith("`") or s.endswith("`") or not s.strip() else ""
     return f"{fence}{pad}{s}{pad}{fence}"
-
-
-def brief(value: object, limit: int = 60) -> str:
-    """``repr(value)`` cut to ``limit`` characters, for messages: an error names a bad value, never echoes it whole."""
-    try:
-        text = (
-            repr(value)
-            if not isinstance(value, (dict, list, tuple, set)) or len(value) < 50
-            else f"<{type(value).__name__} of {len(value)}>"
-        )
-    except (RecursionError, ValueError):  # a deeply nested value; an int too long for repr
-        text = f"<{type(value).__name__}>"
-    return text if len(text) <= limit else text[: limit - 1] + "…"

@@ -41,7 +41,7 @@ from pydantic import ValidationError
 from agentpost.evidence import receipt as rc
 from agentpost.evidence import run_store
 from agentpost.record.environment import GLUE_NAME
-from agentpost.evidence.escape import brief
+from agentpost.errors import brief
 from agentpost.record.hashing import (
     PAPERMILL_TAGS,
     notebook_code_hash,
@@ -109,7 +109,8 @@ _RULES = (
     "agentpost.record.outcomes",
     "agentpost.record.environment",
     "agentpost.record.hashing",
-    "agentpost.run.params",
+    "agentpost.catalogue.params",
+    "agentpost.errors",
     "agentpost.catalogue",
     "agentpost.project",
 )
@@ -357,7 +358,7 @@ def _check_chapter(r: dict, nb, bad) -> None:
 def _profile_parameters(chapter_id: str, profile: str, overrides: str) -> str:
     """The parameters a run of ``profile`` with ``overrides`` (JSON) gets, as JSON: read once per process."""
     from agentpost.catalogue import chapter as get_chapter
-    from agentpost.run.params import notebook_defaults, profile_parameters
+    from agentpost.catalogue.params import notebook_defaults, profile_parameters
 
     ch = get_chapter(chapter_id)
     return json.dumps(
@@ -390,7 +391,7 @@ def _check_parameters(r: dict, nb, bad) -> None:
 def _injected(nb) -> dict | None:
     """The parameters in papermill's injected cell (None when there is not exactly one readable such cell)."""
     from agentpost.errors import UsageError
-    from agentpost.run.params import literal_assignments
+    from agentpost.catalogue.params import literal_assignments
 
     cells = [c for c in nb.cells if "injected-parameters" in c.get("metadata", {}).get("tags", [])]
     try:

@@ -1,6 +1,3 @@
-"""Papermill execution of chapter notebooks: parameter checks, cache keys, backends, batches."""
-
-from agentpost.errors import UsageError
-from agentpost.run.params import RunSpec, plan_runs
-
-__all__ = ["RunSpec", "UsageError", "plan_runs"]
+"""Papermill execution of chapter notebooks: run planning (:mod:`~agentpost.run.params`), cache keys, backends,
+batches, re-certification, and the GPU machine's plan (:mod:`~agentpost.run.gpu_plan`). Importing the package imports
+none of them, so the GPU plan starts on a bare image (standard library and PyYAML)."""

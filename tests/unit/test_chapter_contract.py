@@ -8,7 +8,13 @@ import yaml
 
 from agentpost.catalogue import chapters
 from agentpost.record.recording import SCRAP_MIME
-from agentpost.run.params import load_profile, notebook_defaults, notebook_parameters, parse_seeds, profile_parameters
+from agentpost.catalogue.params import (
+    load_profile,
+    notebook_defaults,
+    notebook_parameters,
+    parse_seeds,
+    profile_parameters,
+)
 
 STARTED = [c for c in chapters() if c.started]
 

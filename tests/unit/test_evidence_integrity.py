@@ -173,7 +173,7 @@ def test_a_bad_data_file_is_a_usage_error_before_any_run(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("name", ["../../../elsewhere/prof", "/etc/passwd", "smoke/../a100", "Smoke", "", "nope"])
 def test_profile_names_are_identifiers_of_existing_profiles(name):
-    from agentpost.run.params import load_profile
+    from agentpost.catalogue.params import load_profile
 
     with pytest.raises(UsageError, match="known profiles in params/paired-protocol/: a100, smoke"):
         load_profile(chapter("paired-protocol"), name)

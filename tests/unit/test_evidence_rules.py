@@ -8,7 +8,14 @@ from agentpost.catalogue import chapter
 from agentpost.evidence.receipt import seal
 from agentpost.evidence.validate import gpu_device_allowed, gpu_evidence_problems
 from agentpost.errors import UsageError
-from agentpost.run.params import SEED_RANGE, Declared, check_parameters, parse_declaration, parse_overrides, parse_seeds
+from agentpost.catalogue.params import (
+    SEED_RANGE,
+    Declared,
+    check_parameters,
+    parse_declaration,
+    parse_overrides,
+    parse_seeds,
+)
 
 H200 = {"kind": "cuda", "name": "NVIDIA H200", "count": 1}
 

@@ -95,13 +95,13 @@ def test_symlinked_run_folders_are_refused_before_any_work(tmp_path, monkeypatch
     ],
 )
 def test_yaml_values_are_read_as_yaml_1_2(text, value):
-    from agentpost.run.params import parse_overrides
+    from agentpost.catalogue.params import parse_overrides
 
     assert parse_overrides([f"x={text}"]) == {"x": value}
 
 
 def test_non_finite_values_need_a_declared_infinite_bound():
-    from agentpost.run.params import Declared, non_finite_problem
+    from agentpost.catalogue.params import Declared, non_finite_problem
 
     assert "NaN" in non_finite_problem(math.nan, Declared(0, math.inf))
     assert "refused" in non_finite_problem([1.0, math.inf], Declared(0, None))
@@ -110,7 +110,7 @@ def test_non_finite_values_need_a_declared_infinite_bound():
 
 
 def test_seed_messages_are_short_and_name_the_culprit():
-    from agentpost.run.params import parse_seeds
+    from agentpost.catalogue.params import parse_seeds
 
     with pytest.raises(UsageError) as err:
         parse_seeds(",".join(map(str, [*range(10_000), 77])), None, "--seeds")

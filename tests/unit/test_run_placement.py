@@ -5,7 +5,7 @@ import pytest
 
 from agentpost.errors import UsageError
 from agentpost.evidence import receipt as rc
-from agentpost.run.params import DEFAULT_MAX_RETRIES, RESOURCE_DEFAULTS, placement
+from agentpost.catalogue.params import DEFAULT_MAX_RETRIES, RESOURCE_DEFAULTS, placement
 from tests.unit.test_evidence_integrity import FIELDS
 
 
