@@ -2,7 +2,7 @@
 # The one command for a lent GPU machine (no network): given a budget in seconds, it runs what yields the most
 # evidence per minute and stops cleanly at the budget, leaving every receipt, log and packed run under $OUT
 # (else benchmarks/receipts/). The plan, its order and the predicted minutes are in benchmarks/gpu_predictions.yaml;
-# the logic is benchmarks/gpu_plan.py (tested, and rehearsed on the CPU by tests/e2e/test_gpu_all.py).
+# the logic is agentpost/run/gpu_plan.py (tested, and rehearsed on the CPU by tests/e2e/test_gpu_all.py).
 #   benchmarks/gpu_all.sh --budget-s 570                 # on the GPU machine
 #   benchmarks/gpu_all.sh --list                         # the predicted-minutes table
 #   benchmarks/gpu_all.sh --dry-run-cpu --only kernel-tests profile-paired-protocol   # CPU rehearsal
@@ -21,4 +21,4 @@ if [ -n "${WHEELS:-}" ]; then
   export PYTHONPATH="$PYTHONPATH:/tmp/site"
 fi
 if [ -z "${AGENTPOST_DATA:-}" ] && [ -d .gpu-data ]; then export AGENTPOST_DATA="$PWD/.gpu-data"; fi
-exec "$PY" benchmarks/gpu_plan.py "$@"
+exec "$PY" -m agentpost.run.gpu_plan "$@"

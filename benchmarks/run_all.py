@@ -50,7 +50,6 @@ QUICK = {
 EXCLUDED = {
     "actkv_launch_count.py": "counts launches behind the actkv GPU prediction (minutes, needs shared data)",
     "kernel_path_spread.py": "re-runs chapters per kernel path (hours); run it by hand with chapter names",
-    "gpu_plan.py": "the GPU machine's plan behind gpu_all.sh (rehearsed by tests/e2e/test_gpu_all.py)",
 }
 
 

@@ -35,7 +35,7 @@ def rehearsal(tmp_path_factory):
         "OUT": str(out),
     }
     env.pop("AGENTPOST_TRITON_GPU", None)
-    # a rehearsal applies no budget (benchmarks/gpu_plan.py): on a busy CPU it takes longer, never fails for it; the
+    # a rehearsal applies no budget (agentpost/run/gpu_plan.py): on a busy CPU it takes longer, never fails for it; the
     # timeout only ends a hang
     proc = subprocess.run(
         ["bash", str(project / "benchmarks" / "gpu_all.sh"), "--dry-run-cpu", "--only", *ITEMS],

@@ -15,12 +15,10 @@ import yaml
 
 from agentpost.errors import UsageError
 from agentpost.project import project_root
+from agentpost.run import gpu_plan
+from agentpost.run.gpu_plan import Item, Plan, execute, item_minutes, load_plan, pack, prediction_table
 
 ROOT = project_root()
-sys.path.insert(0, str(ROOT / "benchmarks"))
-
-import gpu_plan  # noqa: E402
-from gpu_plan import Item, Plan, execute, item_minutes, load_plan, pack, prediction_table  # noqa: E402
 
 SETTINGS = {"seeds": [42, 43, 44], "jobs": 3, "contention": 1.5, "overrun": 2.0, "reserve_s": 1, "grace_s": 5}
 
@@ -156,10 +154,7 @@ def test_the_plan_module_starts_on_a_bare_image():
     lent GPU image has no pydantic, nbformat or papermill): a fresh interpreter shows which modules it loaded."""
     import subprocess
 
-    code = (
-        "import sys; sys.path.insert(0, 'benchmarks'); import gpu_plan; "
-        "print(sorted({m.split('.')[0] for m in sys.modules}))"
-    )
+    code = "import sys; import agentpost.run.gpu_plan; print(sorted({m.split('.')[0] for m in sys.modules}))"
     loaded = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True).stdout
     for heavy in ("pydantic", "nbformat", "papermill", "torch", "pandas"):
         assert f"'{heavy}'" not in loaded, heavy

@@ -1,8 +1,9 @@
 """Every name the benchmark scripts and chapter notebooks import from ``agentpost`` exists.
 
 These files run outside ``make test`` (``make bench``, the GPU entry point, papermill), so a renamed or removed
-function would otherwise surface only there: CI once failed in ``benchmarks/gpu_plan.py`` on a name the evidence
-package had renamed, and ``benchmarks/toolsearcher_variants.py`` imported a function its chapter had removed.
+function would otherwise surface only there: CI once failed in the GPU plan (then ``benchmarks/gpu_plan.py``) on a
+name the evidence package had renamed, and ``benchmarks/toolsearcher_variants.py`` imported a function its chapter
+had removed.
 """
 
 from __future__ import annotations

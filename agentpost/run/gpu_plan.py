@@ -1,4 +1,5 @@
-"""``benchmarks/gpu_all.sh``: a GPU machine's time budget spent in priority order, what ran and what did not tabled.
+"""The GPU machine's plan (``benchmarks/gpu_all.sh``, or ``python -m agentpost.run.gpu_plan``): a time budget spent
+in priority order, what ran and what did not tabled.
 
 The items and their predicted minutes live in ``benchmarks/gpu_predictions.yaml`` (one home; the README shows the
 table, :func:`prediction_table` prints it). Order: the ``first`` items in the file's order (the kernel tests
@@ -16,7 +17,8 @@ validated (``agentpost validate``) and packed into ``a100-runs.tar.gz.part0, par
 receipts) and ``book/runs/...``.
 
 This module imports only the standard library, PyYAML and agentpost's project helpers (the evidence code only once
-profiles ran), so it starts on a bare GPU image; benchmarks/gpu_all.sh puts the checkout on PYTHONPATH.
+profiles ran; ``agentpost.run`` itself imports none of its modules), so it starts on a bare GPU image;
+benchmarks/gpu_all.sh puts the checkout on PYTHONPATH.
 
 ``--dry-run-cpu`` rehearses the same path on a CPU: each item's ``dry`` command (tiny sizes, device cpu, the Triton
 interpreter), neither predictions nor the budget applied (a rehearsal checks what runs and what it records, not how
@@ -121,7 +123,7 @@ def load_plan(path: Path | None = None) -> Plan:
         _fail(str(path), f"item names repeated: {dup}")
     root = path.resolve().parents[1]
     have = sorted(p.parent.name for p in (root / "params").glob("*/a100.yaml"))
-    listed = sorted(i.chapter for i in profiles)
+    listed = sorted(str(i.chapter) for i in profiles)  # a profile item always names its chapter
     if listed != have:
         _fail(f"{path}: profiles", f"must list every params/*/a100.yaml once: listed {listed}, present {have}")
     return Plan(settings, tuple(items + sorted(profiles, key=lambda i: (item_minutes(i, settings), i.name))))
@@ -338,6 +340,7 @@ def execute(
             env = base_env if dry else {**base_env, **item.env}
             rc, wall = _run(_fill(argv, item, s, out, dry), env, out / f"{item.name}.log", limit, s["grace_s"])
             if rc is None:
+                assert limit is not None  # only a run with a limit is stopped
                 why = "budget reserve reached" if limit >= left else f"{s['overrun']:g}x its prediction"
                 outcomes.append(Outcome(item, "stopped", f"stopped at {limit / 60:.1f} min ({why})", wall))
             else:
@@ -351,7 +354,7 @@ def collect_runs(outcomes: list[Outcome], out: Path) -> list[Path]:
     folders. ``out/validate.log`` gets ``agentpost validate``'s report and one verdict line per chapter and
     configuration (:func:`evidence_verdicts`)."""
     root = project_root()
-    chapters = [o.item.chapter for o in outcomes if o.item.kind == "profile" and o.wall_s is not None]
+    chapters = [str(o.item.chapter) for o in outcomes if o.item.kind == "profile" and o.wall_s is not None]
     folders = [root / "book" / "runs" / c / "a100" for c in chapters if (root / "book" / "runs" / c / "a100").is_dir()]
     if folders:
         argv = [sys.executable, "-m", "agentpost", "validate", *map(str, folders)]
