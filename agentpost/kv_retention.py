@@ -14,8 +14,8 @@ one interface, one registry): the selector, the scorer base and the scorer regis
   themselves when their chapter's module is imported.
 - :func:`knorm_scores` — the key-norm score both chapters use (Devoto et al. 2024, kvpress ``KnormPress``).
 
-Tie rule (actkv.md ambiguity 8; DeltaS's retention keeps the same): keep the ``budget`` highest scores; among equal
-scores the later entry (higher index, the more recent one while index order is recency order) wins; ``+inf``
+Tie rule (neither paper gives one; ActKV's and DeltaS's retention keep the same): keep the ``budget`` highest scores;
+among equal scores the later entry (higher index, the more recent one while index order is recency order) wins; ``+inf``
 forces an entry in. kvpress (``kvpress/presses/scorer_press.py::ScorerPress``) keeps ``topk`` of its scores the same
 way but leaves ties to ``torch.topk``; here they are fixed so that runs are reproducible across devices.
 """
@@ -65,9 +65,9 @@ def _top(scores: torch.Tensor, candidates: torch.Tensor, k: int) -> torch.Tensor
 def _bucketed(
     scores: torch.Tensor, middle: torch.Tensor, quota: int, bucket_ids: torch.Tensor, buckets: int
 ) -> torch.Tensor:
-    """DeltaS's quota fill for one row ``scores`` ``(N,)`` (deltas.md ambiguity 5): the ``middle`` entries split by
-    ``bucket_ids`` (arrival chunk) into ``buckets`` equal spans, ``quota // buckets`` best of each, then the quota
-    left unused by under-full buckets to the best of the rest."""
+    """DeltaS's quota fill for one row ``scores`` ``(N,)`` (our reading of the paper's budget split, which it leaves
+    open): the ``middle`` entries split by ``bucket_ids`` (arrival chunk) into ``buckets`` equal spans, ``quota //
+    buckets`` best of each, then the quota left unused by under-full buckets to the best of the rest."""
     ids = bucket_ids[middle]
     lo, hi = int(ids.min()), int(ids.max()) + 1
     edges = torch.linspace(lo, hi, buckets + 1)
@@ -148,7 +148,7 @@ class Scorer:
         return 0, 0
 
     def bucket_count(self) -> int | None:
-        """Time buckets the quota is spread over (DeltaS ambiguity 5); ``None``: one global top-k."""
+        """Time buckets the quota is spread over (DeltaS's budget split); ``None``: one global top-k."""
         return None
 
     def select(self, scores: torch.Tensor, budget: int, bucket_ids: torch.Tensor | None = None) -> torch.Tensor:

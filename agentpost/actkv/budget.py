@@ -9,7 +9,7 @@ budget rule (:class:`ConfidenceBudget`) accepts nothing else. There are exactly 
   (``confidence_form="neg_surprisal"``).
 
 A :class:`Surprisal` or a bare array passed to the rule raises ``TypeError``; a :class:`DeepConfConfidence` has
-no negation method, so it cannot be flipped a second time (ambiguity 6).
+no negation method, so it cannot be flipped a second time (the paper's sign of the surprisal is ambiguous).
 """
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ class DeepConfConfidence(TokenConfidence):
 
 @dataclass(frozen=True)
 class NegSurprisalConfidence(TokenConfidence):
-    """Negated sampled-token surprisal :math:`\\log P(x_i)` (the alternative reading, ambiguity 6)."""
+    """Negated sampled-token surprisal :math:`\\log P(x_i)` (the alternative reading of the paper's sign)."""
 
     form: str = "neg_surprisal"
 
@@ -140,8 +140,8 @@ def bottom_trend_slope(pooled: np.ndarray, bottom: float = 0.1) -> float:
 class ConfidenceBudget:
     """Budget state of Algorithm 2: ``B <- min(floor(growth*B), cap)`` when the bottom-trend slope is negative.
 
-    ``trend_window``: ``None`` uses the whole trace so far; an int uses the last that many tokens (ambiguity 2).
-    ``allow_shrink`` (not in the paper, ambiguity 7): divide by ``growth`` after 3 consecutive positive slopes,
+    ``trend_window``: ``None`` uses the whole trace so far; an int uses the last that many tokens (the paper does not
+    give the window). ``allow_shrink`` (not in the paper): divide by ``growth`` after 3 consecutive positive slopes,
     floor ``shrink_floor``.
     """
 

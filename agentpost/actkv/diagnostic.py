@@ -34,9 +34,9 @@ from agentpost.data.tool_traces import build_traces, tokenize_trace
 
 BASELINES = ("streamingllm", "h2o", "snapkv", "rkv")
 METHODS = ("fullkv",) + BASELINES + ("actkv",)
-#: Extra arms of the grid: a baseline under another reading the spec names (kv-baselines.md ambiguities 1, 3).
-#: ``h2o_normalised`` is kvpress's ``ObservedAttentionPress`` (normalised accumulated attention, no forced recent
-#: window: ``recent_fraction=0`` overrides the H2O arm's own recent window).
+#: Extra arms of the grid: a baseline under another reading the spec names (where the baseline's own papers leave the
+#: head pooling or the normalisation open). ``h2o_normalised`` is kvpress's ``ObservedAttentionPress`` (normalised
+#: accumulated attention, no forced recent window: ``recent_fraction=0`` overrides the H2O arm's own recent window).
 VARIANTS: dict[str, tuple[str, dict]] = {
     "h2o_normalised": ("h2o", {"normalise": True, "recent_fraction": 0.0}),
     "snapkv_query_head": ("snapkv", {"head_mode": "query_head"}),
@@ -73,8 +73,8 @@ def diag_trace(
     """Action mask and region starts from the streaming detector on the decoded tokens; rounds from
     ``round_spans``; ``generated_mask``: the reasoning/action tokens (where Algorithm 2 records confidence; empty =
     every token after the prefix); compression points before each round after the first (``round_start``) or
-    right after that round's observation closes (``after_observation``, the spec's reading of a round boundary,
-    ambiguity 11)."""
+    right after that round's observation closes (``after_observation``, our reading of a round boundary,
+    which the paper leaves open)."""
     if boundary not in ("round_start", "after_observation"):
         raise ValueError(f"boundary must be 'round_start' or 'after_observation', got {boundary!r}")
     texts = token_texts(ids, tokenizer)

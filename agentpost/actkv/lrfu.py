@@ -9,7 +9,8 @@ Pieces, each callable on its own (the dense engine and the paged kernels share t
   :math:`a^{(r)}_{\\ell,i}`, reset when a new region opens;
 - :func:`nucleus_hits` — the top-p hit set :math:`H^{(r)}_\\ell`;
 - :func:`lrfu_update` — :math:`\\mathrm{KS}\\leftarrow\\lambda\\,\\mathrm{KS}+\\mathbb 1[i\\in H]\\,a_i`;
-- :func:`select_top_b` — the per-layer top-B keep set with the recency tie-break (ambiguity 8; its one home is
+- :func:`select_top_b` — the per-layer top-B keep set with the recency tie-break (the later of equal scores wins; its
+one home is
   :mod:`agentpost.kv_retention`, shared with DeltaS);
 - :func:`algorithm1_step` — all of the above for one layer and one round boundary, from the round's mean action
   attention (however it was obtained: eager probabilities here, LSE recovery in the paged kernels).
@@ -30,9 +31,9 @@ def head_reduce(
     per_kv_head: torch.Tensor, mode: str = "mean_of_max", *, dim: int = -2, keepdim: bool = False
 ) -> torch.Tensor:
     """Combine rows that are already one per KV head (each the max over its GQA group) along ``dim``
-    (spec ambiguity 1): ``mean_of_max`` (default, Alg. 1's ``mean_g max_{h in g}``; the mean over KV heads commutes
-    with the mean over action tokens, so it may be applied after accumulation, as the paged path does) the mean;
-    ``max`` the max (the max over all query heads); ``per_head`` unchanged."""
+    (the paper leaves the pooling over a group's query heads open): ``mean_of_max`` (default, Alg. 1's ``mean_g max_{h
+    in g}``; the mean over KV heads commutes with the mean over action tokens, so it may be applied after accumulation,
+    as the paged path does) the mean; ``max`` the max (the max over all query heads); ``per_head`` unchanged."""
     if mode not in HEAD_REDUCE:
         raise ValueError(f"head_reduce mode must be one of {HEAD_REDUCE}, got {mode!r}")
     if mode == "mean_of_max":

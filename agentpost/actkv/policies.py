@@ -56,7 +56,7 @@ def h2o_scores(hh: torch.Tensor, seen: torch.Tensor | None = None) -> torch.Tens
     ``utils_real_drop/modify_llama.py``); its recent window is protected by the selector (:meth:`H2O.protect`).
 
     ``seen`` ``(G, N)``: the number of queries that attended to each entry; given, the score is ``hh / seen``
-    (kv-baselines.md ambiguity 3, ``h2o_normalise``: kvpress ``ObservedAttentionPress``,
+    (open in H2O's paper, ``h2o_normalise``: kvpress ``ObservedAttentionPress``,
     :math:`s_i = \\frac{1}{T-i}\\sum_{t\\ge i} A_{t,i}` for a prefill of ``T`` queries)."""
     s = hh.to(torch.float64)
     return s / seen.to(torch.float64).clamp_min(1.0) if seen is not None else s.clone()
@@ -312,7 +312,7 @@ class SnapKV(KVPolicy):
     """Observation window of the last ``window`` queries, pooled attention, window kept (``+inf`` from
     :func:`snapkv_scores`).
 
-    ``head_mode`` (kv-baselines.md ambiguity 1): ``kv_group_mean`` / ``kv_group_max`` pool the window attention
+    ``head_mode`` (open in the baselines' papers): ``kv_group_mean`` / ``kv_group_max`` pool the window attention
     over each GQA group and select per KV head (kvpress); ``query_head`` selects per query head on a cache stored
     expanded per query head (official SnapKV, which moves ``repeat_kv`` before the cache update).
     ``pool_over``: ``sequence`` (published) pools over the whole sequence, prefix included, and then takes the

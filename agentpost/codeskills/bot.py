@@ -50,7 +50,8 @@ class Bot:
 
     ``step(name)`` sends one primitive and is the *only* way anything reaches the environment, so every primitive a
     skill issues is counted in :attr:`steps`. :attr:`calls` counts every skill call (nested ones too) and every
-    primitive decision (CodeHack's ``@strategy`` counter, spec ambiguity 1, ``budget_counts="all_calls"``).
+    primitive decision (CodeHack's ``@strategy`` counter, what counts is left open by the paper:
+    ``budget_counts="all_calls"``).
     """
 
     #: Parsed views of one observation, dropped whenever a new one arrives.

@@ -1,7 +1,7 @@
 """Real MiniHack environments for the code-skills chapter: construction, explicit seeding, primitives, end status.
 
 Spec ``code-skills.md``: public ``nle==1.3.0`` + ``minihack==1.0.2`` (gymnasium API). Two facts about those
-packages shape this module (spec, ambiguities 5 and 6):
+packages shape this module (the paper says nothing of either):
 
 * ``reset(seed=...)`` does not seed NetHack; the level and the game RNGs are set by
   ``env.unwrapped.seed(core, disp, reseed=False)`` before ``reset()`` (NLE ``nle/env/base.py``, ``NLE.seed``).
@@ -23,7 +23,7 @@ OBS_KEYS = ("glyphs", "chars", "blstats", "message", "tty_chars", "inv_strs", "i
 
 #: Primitive actions: name -> the NetHack key it sends. The eight compass moves double as prompt answers
 #: (y = yes, n = no, and the inventory letters h j k l y u b n); ``item_<x>`` answer "which item?" prompts for
-#: the other early inventory letters. The set is the same for every task (spec ambiguity 2: a curated subset).
+#: the other early inventory letters. The set is the same for every task (the paper does not list it: a curated subset).
 PRIMITIVE_KEYS: dict[str, int] = {
     "north": ord("k"), "east": ord("l"), "south": ord("j"), "west": ord("h"),
     "northeast": ord("u"), "southeast": ord("n"), "southwest": ord("b"), "northwest": ord("y"),
@@ -109,7 +109,7 @@ def make_env(task: str, *, des_file: str | None = None, max_episode_steps: int |
 def seeded_reset(env, core: int, disp: int | None = None):
     """Reset with NetHack's RNGs set explicitly: ``env.unwrapped.seed(core, disp, reseed=False)`` then ``reset()``.
 
-    ``reset(seed=...)`` would only seed gymnasium's own RNG, which NLE does not use (spec ambiguity 6)."""
+    ``reset(seed=...)`` would only seed gymnasium's own RNG, which NLE does not use."""
     if not isinstance(core, (int, np.integer)) or isinstance(core, bool):
         raise TypeError(f"core seed must be an int, got {type(core).__name__}")
     env.unwrapped.seed(int(core), int(core if disp is None else disp), reseed=False)
@@ -130,7 +130,8 @@ class EndKind:
 
 
 def classify_end(terminated: bool, truncated: bool, info: dict) -> EndKind:
-    """Termination vs truncation for one NLE/MiniHack step (spec ambiguity 5).
+    """Termination vs truncation for one NLE/MiniHack step (NLE's own flags mislabel a time-out: see the module
+    docstring).
 
     NLE reports its step limit as ``terminated=True`` with ``end_status == ABORTED``; that is a truncation
     (the game did not end, the clock did). Success and death are terminations.

@@ -62,10 +62,10 @@ class Budgets:
 
     ``max_decisions``: controller decisions per episode (``counts="top_level"``, the paper's LM calls) or every
     call including nested skills and primitives (``counts="all_calls"``, CodeHack's ``max_strategy_steps``; spec
-    ambiguity 1). ``max_primitive_steps``: primitives per episode (None: the task's own limit, which the environment
-    enforces too). ``no_progress_limit``: consecutive decisions with zero primitive steps that stop the episode
-    (CodeHack: 150). ``skill_step_cap``: primitives one top-level skill call may issue. ``gamma``: discount inside
-    a skill (0.99).
+    the paper leaves open what counts). ``max_primitive_steps``: primitives per episode (None: the task's own limit,
+    which the environment enforces too). ``no_progress_limit``: consecutive decisions with zero primitive steps that
+    stop the episode (CodeHack: 150). ``skill_step_cap``: primitives one top-level skill call may issue. ``gamma``:
+    discount inside a skill (0.99).
     """
 
     max_decisions: int = 100

@@ -1,4 +1,4 @@
-"""Local-first loaders for the public data sets (DESIGN.md, "Data").
+"""Local-first loaders for the public data sets (README, "The two commands", says where they are looked for).
 
 A data set is resolved in this order: ``$AGENTPOST_DATA/<name>``; ``../shared/data/<name>`` beside the project
 checkout; otherwise the public source, which needs network access and is never taken by the tests. Every file a

@@ -1,4 +1,4 @@
-"""The one home of 🤗 ``datasets`` in the project: data files as Arrow tables, and the hub fallback (DESIGN.md, "Data").
+"""The one home of 🤗 ``datasets`` in the project: data files as Arrow tables, and the hub fallback.
 
 * :func:`local_rows` reads a data file (checked by :func:`agentpost.data.registry.data_file`) with
   ``datasets.load_dataset("json" | "text" | "csv", data_files=...)``: the rows are an Arrow table, memory-mapped

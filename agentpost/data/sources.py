@@ -24,8 +24,8 @@ class HubSource:
     files: dict[str, tuple[str, int, str]]
 
 
-#: The hub fallback of DESIGN.md ("Data"); sizes and sha256 are those of the files' SOURCE.md
-#: (tests/unit/test_data_datasets.py checks that they agree).
+#: The hub fallback (used only where no local copy exists, and kept only if it matches its checksums); sizes and sha256
+#: are those of the files' SOURCE.md (tests/unit/test_data_datasets.py checks that they agree).
 HUB_SOURCES: dict[str, HubSource] = {
     "gsm8k": HubSource(
         "openai/gsm8k",

@@ -13,7 +13,8 @@ Streaming: ``model(input_ids, state=...)`` continues a :class:`HybridState` (per
 the conv's last inputs; per attention layer the post-RoPE keys, values and their **original positions**), so feeding
 a sequence chunk by chunk gives the same logits as feeding it whole. :meth:`HybridState.keep` evicts attention KV
 entries; the attention mask is built from positions (a query at position ``p`` sees every cached entry at a position
-``<= p``), so kept entries keep their positions and RoPE phases (spec ambiguity 6, "keep original").
+``<= p``), so kept entries keep their positions and RoPE phases (the paper leaves positions open; we keep the original
+ones).
 """
 
 from __future__ import annotations

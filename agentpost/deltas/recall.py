@@ -35,7 +35,7 @@ class RecallStreamSpec:
     sharpness: float = 16.0  # inverse temperature of the recall attention (on key cosines)
     n_sinks: int = 4  # attention-sink tokens every policy keeps
     n_recent: int = 8  # recent-window tokens every policy keeps
-    drift_norm: str = "relative"  # spec ambiguity 1: relative (with eps 1e-6) or absolute
+    drift_norm: str = "relative"  # open in the paper: relative (with eps 1e-6) or absolute
 
     def __post_init__(self):
         for name in ("n_facts", "n_distractor_chunks", "n_distractor_kinds", "chunk_size", "d_model", "d_key"):

@@ -85,7 +85,8 @@ class RetentionPolicy(Scorer):
 @register
 @dataclass(eq=False, kw_only=True)
 class DriftRetention(RetentionPolicy):
-    """DeltaS: chunk drift, per-time-bucket quotas plus global top-up (spec ambiguity 5)."""
+    """DeltaS: chunk drift, per-time-bucket quotas plus global top-up (our reading of the paper's budget split, which it
+    leaves open)."""
 
     name: ClassVar[str] = "drift"
     buckets: int = 4

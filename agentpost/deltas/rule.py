@@ -17,8 +17,8 @@ and ``S_C = e^{G_C} S_0 + K^T diag(e^{G_C - G}) U``.
 Drift of a chunk (third-party reading of Eq. 3), per head: ``||S_after - S_before||_F / (||S_before||_F + eps)``
 (``drift_norm="relative"``, the spec default) or the numerator alone (``"absolute"``). The change is the raw one
 (``drift_source="raw"``, the spec default: it includes the decay ``(e^{G_C} - 1) S_before``) or the write term
-alone (``"write"``: ``S_after - e^{G_C} S_before``, the spec's ambiguity 3, given the chunk's cumulative log-decay
-``G_C``), so that a head whose gate forgets fast does not drift by decay alone.
+alone (``"write"``: ``S_after - e^{G_C} S_before``, a reading the paper leaves open, given the chunk's cumulative
+log-decay ``G_C``), so that a head whose gate forgets fast does not drift by decay alone.
 """
 
 from __future__ import annotations
@@ -52,9 +52,10 @@ def state_drift(
     drift_source: str = "raw",
     log_decay: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Per-head drift ``||after - before||_F / (||before||_F + eps)`` over the last two dims (spec ambiguity 1);
-    with ``drift_source="write"`` the change is ``after - e^{log_decay} before`` (ambiguity 3), ``log_decay`` the
-    chunk's cumulative log-decay ``G_C`` per head (the shape of ``before`` without its last two dims)."""
+    """Per-head drift ``||after - before||_F / (||before||_F + eps)`` over the last two dims (relative, the default; the
+    paper leaves relative or absolute open); with ``drift_source="write"`` the change is ``after - e^{log_decay}
+    before`` (the write term only), ``log_decay`` the chunk's cumulative log-decay ``G_C`` per head (the shape of
+    ``before`` without its last two dims)."""
     if drift_norm not in DRIFT_NORMS:
         raise ValueError(f"drift_norm must be one of {DRIFT_NORMS}, got {drift_norm!r}")
     if drift_source not in DRIFT_SOURCES:

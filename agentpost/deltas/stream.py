@@ -5,7 +5,7 @@ Protocol for one stream of ``P + M + 1`` tokens ``x_0 .. x_{P+M}`` and a trained
 1. **Prefix.** Feed ``x_0 .. x_{P-1}`` in chunks of ``chunk_tokens`` carrying the state. For each chunk ``c`` record
    every gated-DeltaNet layer's state before and after it and score
    ``delta_c = mean_layers mean_heads ||S_after - S_before||_F / (||S_before||_F + eps)`` (spec Eq. 3 reading,
-   :func:`agentpost.deltas.rule.state_drift`; the spec's ambiguities 2-3 are parameters: ``layer_agg`` and
+   :func:`agentpost.deltas.rule.state_drift`; what the paper leaves open is a parameter: ``layer_agg`` and
    ``head_agg`` mean or max, ``drift_source`` raw or write term only). Each full-attention KV entry (one per prefix token, shared by all
    attention layers and heads) is tagged with its position, its chunk, its chunk's drift and its key norm (mean over
    heads and attention layers).

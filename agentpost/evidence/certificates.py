@@ -1,5 +1,5 @@
 """Re-certification: a batch made with older code counts as current once a sample of its seeds, re-executed on the
-current code, reproduces it (DESIGN.md, "Evidence that stays current and travels").
+current code, reproduces it (README, "Evidence that stays current"; book/receipts.md).
 
 ``agentpost recertify CHAPTER --profile P`` re-runs some seeds of the counted configuration as ordinary runs (they
 are kept: their receipts are the certificate's evidence) and compares each with the old run at the same seed by

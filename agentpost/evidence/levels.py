@@ -1,4 +1,4 @@
-"""Evidence levels, derived from receipts and test outcomes (never typed; DESIGN.md, "Evidence levels").
+"""Evidence levels, derived from receipts and test outcomes (never typed; book/evidence-levels.md).
 
 * **mechanism** — every test tied to the claim (``@pytest.mark.claim``) passed, and there is at least one;
 * **diagnostic** — a run configuration of a non-synthetic chapter with >= ``min_seeds`` successful, valid

@@ -1,4 +1,4 @@
-"""Receipts: the one typed record next to each output notebook (DESIGN.md, "Receipts"; book/receipts.md).
+"""Receipts: the one typed record next to each output notebook (book/receipts.md).
 
 This module owns everything about a receipt: its schema (:class:`Receipt`, a frozen pydantic model whose JSON
 schema is :func:`json_schema`), its construction (:func:`build`), the hashing rules (which inputs are hashed and

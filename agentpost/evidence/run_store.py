@@ -1,5 +1,5 @@
 """How a run folder stores what a run recorded: per-item outcomes once, as a compressed columnar file, and the executed
-notebook without the bulk a reader does not need (DESIGN.md, "Evidence that stays current and travels").
+notebook without the bulk a reader does not need (README, "Evidence that travels"; book/receipts.md).
 
 A run folder holds ``notebook.ipynb``, ``receipt.json`` and, where the run recorded per-item outcomes
 (:func:`agentpost.record.outcomes.record_outcomes`), ``outcomes.parquet``: one row per (scrap, arm, item) with its

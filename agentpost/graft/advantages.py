@@ -44,7 +44,7 @@ def _hop_means(
     for k in range(hops):
         edges = np.concatenate([out[u] for u in sorted(frontier)]) if frontier else np.zeros(0, dtype=np.int64)
         if edges.size == 0:
-            break  # ambiguity 3: an empty E_k (and every later one) contributes 0
+            break  # an empty E_k (and every later one) contributes 0: the paper does not say
         if distinct:
             by_edge: dict = {}
             for e in edges.tolist():
@@ -91,9 +91,10 @@ def node_normalise(
 ) -> np.ndarray:
     """Eq. 11: normalise each step's advantage within the group of steps leaving the same node.
 
-    ``norm_group`` (ambiguity 6): ``raw`` — the group is every executed step at the node; ``distinct`` — the
-    statistics are taken over the node's distinct (u, a, v) edges (each the mean of its instances). ``ddof``
-    (ambiguity 7): 0 population std (default), 1 unbiased. A group with one member uses mean 0 and std |A|.
+    ``norm_group`` (the paper leaves the group open): ``raw`` — the group is every executed step at the node;
+    ``distinct`` — the statistics are taken over the node's distinct (u, a, v) edges (each the mean of its instances).
+    ``ddof`` (not given by the paper): 0 population std (default), 1 unbiased. A group with one member uses mean 0 and
+    std |A|.
     """
     if norm_group not in ("raw", "distinct"):
         raise ValueError(f"norm_group must be 'raw' or 'distinct', got {norm_group!r}")
@@ -136,8 +137,8 @@ def grpo_c_objective(
     objective min(w A, clip(w, 1 +- eps) A) per step, the same value on each of its tokens. ``"token"``
     (token-level PPO, the baseline GRPO-C replaces): min(rho_t A, clip(rho_t, 1 +- eps) A) per token with
     rho_t = pi / pi_old of that token. Either way a step's value is the mean over its tokens. ``step_agg``
-    (ambiguity 8): ``steps`` — mean over all steps in the batch; ``trajectory`` — mean over each trajectory's steps
-    (``traj_ids``), then over trajectories.
+    (not given by the paper): ``steps`` — mean over all steps in the batch; ``trajectory`` — mean over each trajectory's
+    steps (``traj_ids``), then over trajectories.
     """
     if ratio_level not in ("sequence", "token"):
         raise ValueError(f"ratio_level must be 'sequence' (GRPO-C) or 'token' (PPO), got {ratio_level!r}")

@@ -32,7 +32,7 @@ from agentpost.rl import group_advantage
 
 @dataclass(frozen=True)
 class CreditConfig:
-    """Every choice the spec leaves open, with the spec's default (graft.md, "Ambiguities")."""
+    """Every choice the paper leaves open, each with the default this project reads it with (its docstring says why)."""
 
     gamma: float = 0.99
     lam: float = 0.95

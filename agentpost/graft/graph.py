@@ -2,10 +2,10 @@
 
 All transitions ``(s_t, a_t, s_{t+1})`` of the N rollouts of one task form a directed multigraph whose nodes are
 canonicalised states phi(s): ``exact`` — a deterministic hash of the environment's state string; ``cosine`` —
-states whose embeddings have cosine similarity above ``sim_threshold`` share a cluster id (ambiguity 9). Every
-executed step is one raw edge instance ``(u, a, v)``; edge counts are the number of instances. The final state of
-each trajectory is a sink carrying its reward R_i (ambiguity 5 decides what happens when that state is also a
-non-final state elsewhere).
+states whose embeddings have cosine similarity above ``sim_threshold`` share a cluster id (the paper does not fix the
+threshold). Every executed step is one raw edge instance ``(u, a, v)``; edge counts are the number of instances. The
+final state of each trajectory is a sink carrying its reward R_i (``sink_policy`` decides, where the paper is silent,
+what happens when that state is also a non-final state elsewhere).
 
 The official code was announced (github.com/xcyao00/GRAFT) but is not available; semantics follow the paper text.
 """
@@ -133,8 +133,8 @@ def build_graph(
     """Merge a group's rollouts into a :class:`TrajectoryGraph` (§3.1).
 
     ``matching``: ``exact`` (hash of the state string) or ``cosine`` (``embedder`` maps a list of states to an
-    [n, d] array; clusters at ``sim_threshold``). ``sink_policy`` (ambiguity 5): ``terminal_only`` fixes a final
-    node to its reward only when the node never occurs as a non-final state (otherwise it is a normal node and the
+    [n, d] array; clusters at ``sim_threshold``). ``sink_policy`` (the paper is silent on it): ``terminal_only`` fixes a
+    final node to its reward only when the node never occurs as a non-final state (otherwise it is a normal node and the
     conflict is counted); ``always`` fixes every final node (to the mean reward of the trajectories ending there).
     """
     if matching not in ("exact", "cosine"):

@@ -1,5 +1,5 @@
-"""The headroom pilot that chose the diagnostic's MiniHack task (issue 31: a task where GRPO is off the floor and no
-arm is at the ceiling).
+"""The headroom pilot that chose the diagnostic's MiniHack task (a task where GRPO is off the floor and no arm is at
+the ceiling, so a comparison between arms can show a difference).
 
 For one configuration (environment id, step limit, updates, token alphabet), every arm of ``arms`` is trained at
 every learning rate of ``lrs`` from each seed of ``seeds`` (:func:`agentpost.graft.train.train_arm`), and each

@@ -1,8 +1,8 @@
 """Bellman value iteration on the trajectory graph (graft.md, eqs. 5-7).
 
 Sinks: V(f) = R(f). Other nodes: V(u) = sum_a pi_hat(a|u) sum_v P_hat(v|u,a) gamma V(v) with the empirical
-pi_hat (eq. 6) and P_hat (eq. 7); with ``value_weighting="count"`` (the default, ambiguity 1) pi_hat P_hat =
-count(u -a-> v) / count(u -> .), i.e. V(u) is the mean of gamma V(v) over u's raw out-edge instances;
+pi_hat (eq. 6) and P_hat (eq. 7); with ``value_weighting="count"`` (the default; the paper leaves the weighting open)
+pi_hat P_hat = count(u -a-> v) / count(u -> .), i.e. V(u) is the mean of gamma V(v) over u's raw out-edge instances;
 ``uniform_actions`` averages over distinct actions first. Solved by Gauss-Seidel sweeps in order of reverse-BFS
 distance to the nearest sink; nodes that cannot reach a sink keep V = 0; stop when max_u |V^(k+1) - V^(k)| < eps
 or after k_max = ceil(log eps / log gamma) + 50 sweeps.

@@ -1,4 +1,5 @@
-"""Expansion (spec "Third-party 2+2 SST", ambiguity 3): stage 2 initialises the Decoder from the trained Prefiller.
+"""Expansion (the third-party 2+2 SST reading; the paper leaves the initialisation open): stage 2 initialises the
+Decoder from the trained Prefiller.
 
 ``copy`` (default): Decoder layer :math:`\\ell'` takes the q/out projections, both RMSNorms and the FFN of the
 Prefiller layer it reads, :math:`\\pi(\\ell')`, and the Decoder's final norm takes the Prefiller's; the Prefiller's

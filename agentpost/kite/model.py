@@ -54,10 +54,10 @@ class ModelConfig:
 class SSTConfig:
     """SST = a Prefiller (:class:`ModelConfig`) + a Decoder of ``n_decode_layers`` layers with FFN width ``d_ff_decode``.
 
-    ``layer_map`` (ambiguity 1): ``same`` index, ``proportional`` (:math:`\\pi(\\ell')=\\lfloor \\ell' L_P/L_D\\rfloor`),
-    ``last`` (every Decoder layer reads the last Prefiller layer); ``default`` = same when :math:`L_D=L_P`, else
-    proportional. ``decoder_input`` (ambiguity 2): ``both`` = RMSNorm(emb) + RMSNorm(Prefiller output),
-    ``prefiller`` = Prefiller output only, ``embedding`` = embedding only.
+    ``layer_map`` (the paper leaves the mapping open): ``same`` index, ``proportional`` (:math:`\\pi(\\ell')=\\lfloor
+    \\ell' L_P/L_D\\rfloor`), ``last`` (every Decoder layer reads the last Prefiller layer); ``default`` = same when
+    :math:`L_D=L_P`, else proportional. ``decoder_input`` (left open by the paper): ``both`` = RMSNorm(emb) +
+    RMSNorm(Prefiller output), ``prefiller`` = Prefiller output only, ``embedding`` = embedding only.
     """
 
     prefiller: ModelConfig = field(default_factory=ModelConfig)
@@ -80,7 +80,7 @@ class SSTConfig:
 
 
 def layer_map(n_prefill: int, n_decode: int, mode: str = "default") -> tuple[int, ...]:
-    """:math:`\\pi`: the Prefiller layer (0-based) each Decoder layer reads (spec ambiguity 1)."""
+    """:math:`\\pi`: the Prefiller layer (0-based) each Decoder layer reads (``layer_map``)."""
     if n_prefill < 1 or n_decode < 1:
         raise ValueError(f"layer_map needs >= 1 layer per tower, got {n_prefill}+{n_decode}")
     if mode == "default":
@@ -314,7 +314,8 @@ class SSTLM(nn.Module):
         self.read_map = cfg.read_map
 
     def decoder_input(self, emb: torch.Tensor, pre: torch.Tensor) -> torch.Tensor:
-        """Spec ambiguity 2; default RMSNorm(emb) + RMSNorm(Prefiller output)."""
+        """The Decoder's input (``decoder_input``, left open by the paper); default RMSNorm(emb) + RMSNorm(Prefiller
+        output)."""
         mode = self.cfg.decoder_input
         if mode == "both":
             return self.in_norm_emb(emb) + self.in_norm_pre(pre)

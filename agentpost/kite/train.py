@@ -1,6 +1,6 @@
 """Training and evaluation for the KITE diagnostic on WikiText-2 with the shared tokenizer.
 
-Schedule (spec ambiguity 4, third-party reading): stage 1 trains the Prefiller alone as a dense LM; stage 2
+Schedule (the third-party reading; the paper leaves it open): stage 1 trains the Prefiller alone as a dense LM; stage 2
 expands it (:func:`agentpost.kite.expansion.expand`) and trains both towers with a fresh AdamW (optimizer restart).
 The dense baselines get the same number of optimizer updates and the SST's training FLOPs within 1%
 (:func:`agentpost.kite.flops.match_budget` sets their sequences per update). Everything runs on CPU with a fixed

@@ -50,7 +50,8 @@ def as_distribution(p: Sequence[float] | torch.Tensor, name: str = "distribution
 
 
 def smooth_target(p_star: torch.Tensor, eps: float) -> torch.Tensor:
-    """(p* + eps) / (1 + K eps): finite log p* for zero-mass categories (mad-rl.md ambiguity 4; eps=0: unchanged)."""
+    """(p* + eps) / (1 + K eps): finite log p* for zero-mass categories (the paper does not say how a zero-mass category
+    is scored; eps=0: unchanged)."""
     if eps < 0:
         raise ValueError(f"target_smoothing must be >= 0, got {eps}")
     return (p_star + eps) / (1.0 + eps * p_star.numel())
@@ -167,7 +168,7 @@ def arm_rewards(
 ) -> torch.Tensor:
     """Rewards of one training arm: ``correctness`` r_i = 1[correct_i] (the task-reward baseline); a divergence
     name: the matching reward alone; ``mixture``: matching reward of ``mixture_divergence`` + w * 1[correct_i]
-    (mad-rl.md ambiguity 5, w = ``task_reward_weight``).
+    (the paper leaves the weight open: w = ``task_reward_weight``).
 
     The two token-space baselines of claim C2 (:data:`KNOB_ARMS`): ``entropy`` r_i = 1[correct_i] - beta log pi(y_i)
     with beta = ``entropy_coef`` and ``sequence_logp`` the sampled completions' log-probabilities (summed over their

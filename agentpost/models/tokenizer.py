@@ -1,8 +1,8 @@
 """The project's shared byte-level BPE tokenizer, trained on WikiText-2 train.
 
-Shared by every chapter that trains a small language model (DESIGN.md: shared artifacts come from
-``agentpost.models`` with their own receipt). Tool-trace delimiters are single special tokens so that a
-delimiter is never split across tokens in the project's own traces.
+Shared by every chapter that trains a small language model (a shared artifact: it comes from
+``agentpost.models`` with its own receipt, like every model the project trains itself; README, "Chapters"). Tool-trace
+delimiters are single special tokens so that a delimiter is never split across tokens in the project's own traces.
 
 Train (writes ``assets/wikitext2-bpe/`` and its receipt)::
 

@@ -1,7 +1,8 @@
 """The next-K contrastive objective and the ID-semantic alignment loss (muser.md sections 4 and 6).
 
 The next-K form is the third-party README's (exact paper form unknown); the alignment loss is unknown in the paper
-and implemented here as a symmetric InfoNCE between the two views of the same items (spec ambiguity 7).
+and implemented here as a symmetric InfoNCE between the two views of the same items (the paper does not give the loss's
+form).
 """
 
 from __future__ import annotations

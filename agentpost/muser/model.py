@@ -7,7 +7,7 @@ Items (muser.md section 4; fusion and alignment are unknown in the paper): e_i =
 where s_i is the all-MiniLM-L6-v2 embedding of the movie's title, year and genres (frozen). This is **not** the
 paper's ERNIE summaries -> distilled model -> BGE pipeline. The spec's W_id is absorbed into the learned table.
 
-Serving form (``split_serving``; the paper's Eq. 14 per digest-B, form unknown; spec ambiguity 9): the long part
+Serving form (``split_serving``; the paper's Eq. 14 per digest-B, form unknown): the long part
 (far + mid tokens) and the short part (recent tokens) are encoded separately by the same encoder, each gives M
 interests, and u = g u_long + (1 - g) u_short with a learned scalar gate g = sigmoid(w) (g = 0 for a user with no
 long history). The long part can then be computed asynchronously and cached (:mod:`agentpost.muser.serving`).

@@ -5,7 +5,7 @@ left-padded), positives x_{t+1..t+K} (muser.md section 6). Ranking is over the *
 already-seen items removed (no sampled candidates); ties are broken by item index (lower first), so a constant
 score ranks deterministically and never optimistically.
 
-Device (issue 30): training and evaluation run on ``device`` ("cpu", the default, or "cuda"). The model is built and
+Device: training and evaluation run on ``device`` ("cpu", the default, or "cuda"). The model is built and
 fingerprinted on the CPU and then moved, batches are cut on the CPU and moved, and the sampled negatives are drawn
 from a CPU generator and moved, so a seed gives the same initial weights, batch order and negatives on both devices
 (dropout masks come from the device's own generator, so CUDA results match the CPU's within float tolerance, not

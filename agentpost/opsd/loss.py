@@ -5,9 +5,9 @@ tokens ``y`` after two different prompts. :func:`response_logits` runs one model
 returns the logits that predict each response token, aligned across the two contexts, with a response mask (0 on
 padding). :func:`distill_loss` takes the per-position divergence over the full vocabulary and aggregates it with
 :func:`agentpost.rl.aggregate`; the default ``seq_mean_token_mean`` is eq. 4's per-sequence mean (1/m) sum_t
-followed by the batch mean. Spec ambiguity 3 (``kl_support``): the divergence runs over the full vocabulary (the
-paper's main runs) or over the teacher's ``topk`` most likely tokens at each position, both distributions
-renormalised over them (:func:`restrict_support`).
+followed by the batch mean. The paper leaves the support open (``kl_support``): the divergence runs over the full
+vocabulary (the paper's main runs) or over the teacher's ``topk`` most likely tokens at each position, both
+distributions renormalised over them (:func:`restrict_support`).
 """
 
 from __future__ import annotations
@@ -53,8 +53,8 @@ def response_logits(model, prompts: list[list[int]], responses: list[list[int]],
 
 
 def response_mask(responses: list[list[int]], eos_id: int, positions: str = "all") -> torch.Tensor:
-    """Mask of retained response positions (ambiguity 1, ``dce_positions``): ``all`` generated tokens up to and
-    including EOS, or ``exclude_eos``; padding is always 0."""
+    """Mask of retained response positions (``dce_positions``, which the paper leaves open): ``all`` generated tokens up
+    to and including EOS, or ``exclude_eos``; padding is always 0."""
     if positions not in DCE_POSITIONS:
         raise ValueError(f"unknown dce_positions {positions!r}; use one of {DCE_POSITIONS}")
     m = max(map(len, responses))
@@ -68,7 +68,7 @@ def response_mask(responses: list[list[int]], eos_id: int, positions: str = "all
 def restrict_support(
     teacher_logits: torch.Tensor, student_logits: torch.Tensor, kl_support: str = "full", topk: int = 0
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Both logits on the support of the divergence (ambiguity 3): ``full`` unchanged; ``topk`` gathered at the
+    """Both logits on the support of the divergence (``kl_support``): ``full`` unchanged; ``topk`` gathered at the
     teacher's ``topk`` largest logits per position (a softmax over them renormalises both distributions there)."""
     if kl_support not in KL_SUPPORTS:
         raise ValueError(f"unknown kl_support {kl_support!r}; use one of {KL_SUPPORTS}")

@@ -12,7 +12,7 @@ are fields of :class:`Gates`, defaults from App. M where it gives them):
 * ``final_box_correct`` a balanced ``\\boxed{}`` exists and the last one matches the reference;
 * ``no_earlier_wrong_box`` no earlier box holds a wrong answer;
 * ``no_repetition`` no sentence occurs more than ``max_sentence_repeats`` times (the paper's repeated-phrase
-  thresholds are not given; this threshold is the project's, ambiguity 8).
+  thresholds are not given; this threshold is the project's).
 
 Not implemented: App. M's "self-contained" check (no continuation fragment, no reference to omitted material),
 which has no counterpart in a one-line arithmetic answer. Answers are compared by

@@ -8,9 +8,9 @@ and the probe's built incorrect trajectories.
   calculator annotations, ending in ``The answer is \\boxed{n}``; an answer is the last balanced ``\\boxed{}``.
 
 Both have the same methods, so :func:`agentpost.opsd.train.train_arm`, :func:`~agentpost.opsd.train.evaluate` and
-:func:`agentpost.opsd.probe.probe` take either. Layouts (spec ambiguity 5): ``assistant`` puts ``g`` and the
-transition instruction ``tau`` at the start of the assistant turn (Recursive OPSD §3.1); ``user`` appends them to
-the user turn (OPSD).
+:func:`agentpost.opsd.probe.probe` take either. Layouts (the paper leaves the prompt layout open): ``assistant`` puts
+``g`` and the transition instruction ``tau`` at the start of the assistant turn (Recursive OPSD §3.1); ``user`` appends
+them to the user turn (OPSD).
 """
 
 from __future__ import annotations

@@ -3,8 +3,8 @@
 The policies act on the student's **trainable** tensors (``requires_grad``); frozen tensors are shared by student
 and teacher. For the project's small LM every tensor is trainable, so the teacher is a full set of weights; for a
 LoRA-wrapped hub model only the adapter tensors are trainable, so the teacher is the frozen base plus its own copy
-of the adapters (spec ambiguity 10). With theta_S^(k) the student's trainable tensors after optimizer step k
-(1-based) and theta_0 those at :meth:`TeacherSync.start`:
+of the adapters (the paper leaves the sync open). With theta_S^(k) the student's trainable tensors after optimizer step
+k (1-based) and theta_0 those at :meth:`TeacherSync.start`:
 
 * ``frozen``   theta_T = theta_0 always (standard OPSD; with LoRA the initial adapters, B = 0, i.e. the base model
   with adapters off);

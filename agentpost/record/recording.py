@@ -1,6 +1,6 @@
 """Record a value once so that scrapbook, the receipts and the book's ``{glue:text}`` all read it.
 
-One ``display_data`` output per value (DESIGN.md, "Recording metrics"): its bundle carries scrapbook's scrap
+One ``display_data`` output per value (README, "How to add a paper", step 3): its bundle carries scrapbook's scrap
 payload under ``application/scrapbook.scrap.json+json`` next to a ``text/plain`` rendering, and its metadata
 marks it as a scrapbook scrap so that myst-nb registers it for ``{glue:text}``/``{glue:figure}``.
 """

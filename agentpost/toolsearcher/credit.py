@@ -65,7 +65,7 @@ def event_advantages(D: np.ndarray, s_hat_row: np.ndarray, nondiscovery: str = "
     """Eq. 3: A_search[k] = max_j D[k, j] * s_hat[j] (max over the whole row, zeros included).
 
     ``nondiscovery="min"``: an event that discovers nothing gets min_j s_hat[j] instead of 0 (the
-    ``Negtive_Min`` run of the official scripts; toolsearcher.md ambiguity 2).
+    ``Negtive_Min`` run of the official scripts; the paper itself leaves it open).
     """
     if nondiscovery not in NONDISCOVERY:
         raise ValueError(f"nondiscovery must be one of {NONDISCOVERY}, got {nondiscovery!r}")
@@ -166,8 +166,9 @@ def group_credit(
 ) -> GroupCredit:
     """Steps 2-4 of the pseudo-code for one prompt group of N rollouts.
 
-    ``gate`` (ambiguity 1): ``after_norm`` zeroes A_sel of rollouts whose searches missed a target (default);
-    ``before_norm`` zeroes their reward before normalisation; ``none`` applies no gate (inspected official code).
+    ``gate`` (the paper leaves open which rollouts get a selection credit): ``after_norm`` zeroes A_sel of rollouts
+    whose searches missed a target (default); ``before_norm`` zeroes their reward before normalisation; ``none`` applies
+    no gate (inspected official code).
     """
     if gate not in GATES:
         raise ValueError(f"gate must be one of {GATES}, got {gate!r}")

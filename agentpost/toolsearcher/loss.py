@@ -25,7 +25,7 @@ class LossConfig:
     kl_kind: str = "low_var_kl"  # the official config's kl_loss_type; "k3" is the unclamped estimator
     kl_clamp: float | None = None  # None: the kind's own (10 for low_var_kl, none for k3)
     agg_mode: str = "token_mean"
-    ratio_level: str = "token"  # ambiguity 6: "token" (official) or "segment"
+    ratio_level: str = "token"  # the paper leaves it open: "token" (official code) or "segment"
 
 
 def token_advantages(
@@ -34,8 +34,8 @@ def token_advantages(
     """Step 6: place each rollout's factor list on its assistant segments.
 
     Returns (advantages [R, T], the mask with dropped rows zeroed, number of dropped rows). ``on_mismatch``
-    (ambiguity 9): ``drop`` removes a rollout whose segment count differs from its factor count and counts it;
-    ``raise`` re-raises :class:`agentpost.rl.SegmentMismatch`.
+    (the paper does not say what happens then): ``drop`` removes a rollout whose segment count differs from its factor
+    count and counts it; ``raise`` re-raises :class:`agentpost.rl.SegmentMismatch`.
     """
     if on_mismatch not in ("drop", "raise"):
         raise ValueError(f"on_mismatch must be 'drop' or 'raise', got {on_mismatch!r}")

@@ -148,9 +148,10 @@ class LogLinearPolicy:
 
     def run(self, task: Task, rng: np.random.Generator | None, *, constrain: str = "off") -> Episode:
         """One episode. A search's category token chooses between "all" and the ``category_options`` categories
-        whose centroids are closest to the searched clause. ``constrain`` (CCTD, ambiguity 7): ``off``; ``model_category`` (every search must name one
-        category: the "all" option is disallowed); ``gold_category`` (the search is forced to the category of the
-        first target not yet found; no category token)."""
+        whose centroids are closest to the searched clause. ``constrain`` (CCTD, whose form the paper leaves open):
+        ``off``; ``model_category`` (every search must name one category: the "all" option is disallowed);
+        ``gold_category`` (the search is forced to the category of the first target not yet found; no category
+        token)."""
         env, ep = self.env, Episode(Rollout())
         n_cl = len(task.clauses)
         issued: list[int] = []

@@ -194,8 +194,9 @@ def train(world: World, train_tasks, cfg: TrainConfig, seed: int) -> dict:
     }
 
 
-#: Readings of the spec's ambiguities 1 and 2 (arm, selection_gate, nondiscovery_credit); the outcome-GRPO arm
-#: ignores both.
+#: The readings of the two choices the paper leaves open, which rollouts get a selection credit (selection_gate) and
+#: what a search that found nothing earns (nondiscovery_credit), as (arm, selection_gate, nondiscovery_credit); the
+#: outcome-GRPO arm ignores both.
 VARIANTS = (
     ("grpo", "none", "zero"),
     ("toolsearcher", "after_norm", "zero"),

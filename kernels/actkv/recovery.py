@@ -6,7 +6,7 @@ reduced by the max over each GQA group and accumulated as a running mean over ac
 ``acc[r,g,i] <- (count[r] * acc[r,g,i] + sum_t max_{h in g} A[t,h,i]) / (count[r] + T_r)``.
 K is read through the block table, one program per (request, logical block, KV head), without gathering the cache.
 Padding queries carry ``ctx_lens == 0`` and are not counted. ``agentpost.actkv.lrfu.head_reduce`` then combines the KV heads
-(spec ambiguity 1: ``mean_of_max`` by default).
+(the paper leaves the pooling over a group's query heads open: ``mean_of_max`` by default).
 """
 
 from __future__ import annotations

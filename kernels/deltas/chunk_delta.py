@@ -21,10 +21,11 @@ unit lower-triangular system ``(I + A) U = diag(beta) (V - diag(e^G) K S)``, ``A
    ``S' = e^{G_C} S + K^T diag(e^{G_C-G}) U`` and, when ``WITH_DRIFT``, each chunk's partial sums of squares of
    the change (``S' - S``, formed as ``(e^{G_C} - 1) S + K^T diag(e^{G_C-G}) U`` so that a small change of a large
    state is not the difference of two rounded states; or the write term ``S' - e^{G_C} S`` with
-   ``drift_source="write"``, spec ambiguity 3)
-   and of ``S``; the launcher adds the value blocks and returns ``||change||_F / (||S||_F + eps)`` (spec ambiguity
-   1, ``eps`` default 1e-6: the first chunk from a zero initial state scores ``||S'||_F / eps``, e.g. 3.9e6 on the
-   committed model -- finite, as the spec's mechanism test 5 asks) or the absolute norm.
+   ``drift_source="write"``, the reading that counts only what the chunk wrote; the paper leaves it open)
+   and of ``S``; the launcher adds the value blocks and returns ``||change||_F / (||S||_F + eps)`` (the relative
+   norm, which the paper leaves open beside the absolute one; ``eps`` default 1e-6: the first chunk from a zero initial
+   state scores ``||S'||_F / eps``, e.g. 3.9e6 on the committed model -- finite, as the spec's mechanism test 5 asks) or
+   the absolute norm.
 
 **Precision policy.** Inputs of any float dtype are read as fp32 and everything accumulates in fp32. The matrix
 products use ``input_precision`` ``"ieee"`` by default (exact fp32 products; the tests' 1e-4 relative bound

@@ -1,4 +1,4 @@
-"""The bad-input catalogue (issue 18): every row is an input a user can give, the exit code it must get, the
+"""The bad-input catalogue: every row is an input a user can give, the exit code it must get, the
 culprit its one-line message must name, and the promise that nothing was written (the project tree is byte-for-byte
 unchanged, no empty folder included). The table can only grow.
 
@@ -440,7 +440,7 @@ ROWS = [
         stored_receipt(json.dumps({"schema_version": "x" * 10**6}).encode()),
         absent="x" * 100,
     ),
-    # ---- YAML and numbers (issue 23): YAML 1.2 numbers, no aliases, no duplicate keys, finite values, ASCII seeds
+    # ---- YAML and numbers: YAML 1.2 numbers, no aliases, no duplicate keys, finite values, ASCII seeds
     Row(
         "profile-seeds-alias-bomb",
         run("--profile", "bad"),

@@ -59,7 +59,7 @@ def test_ledger_and_book_build(tiny_runs, tmp_path):
     assert "diagnostic" in (html / "book" / "generated" / "ledger.html").read_text()
 
 
-# Strings a hostile run folder can carry (issue 23): a MyST download of the host's password file, live HTML, a raw
+# Strings a hostile run folder can carry: a MyST download of the host's password file, live HTML, a raw
 # HTML directive in a fence and in a colon fence, and a table pipe.
 DOWNLOAD = "{download}`x <../../../../../../../../../../etc/passwd>`"
 SCRIPT = "better<script>alert(1)</script>"

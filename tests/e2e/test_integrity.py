@@ -3,7 +3,7 @@
 Each case copies a valid tiny-profile run, edits it as a forger with the code would (then recomputes the output
 notebook's hash and reseals the receipt with :func:`agentpost.evidence.receipt.seal`), and asserts that
 ``agentpost validate`` fails and names the field. The count of caught cases is printed (run with ``-s``).
-Also here: the forgery of issue 10 (a CPU run relabelled as A100 evidence), swapped seed folders, and the cache
+Also here: a forgery (a CPU run relabelled as A100 evidence), swapped seed folders, and the cache
 refusing to reuse a run that does not validate.
 """
 

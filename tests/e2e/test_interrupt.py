@@ -1,4 +1,4 @@
-"""Ctrl-C during a batch (issue 18): scheduling stops at once, the running run's kernel ends, no temporary
+"""Ctrl-C during a batch: scheduling stops at once, the running run's kernel ends, no temporary
 folder is left (neither the run's scratch folder nor a ``.tmp-`` one under the runs root), the finished runs stay
 intact and valid, and the command exits 130 with one line."""
 

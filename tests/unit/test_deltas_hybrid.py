@@ -296,7 +296,7 @@ def test_drift_readings_write_term_and_aggregations_by_hand():
         s8 = model(ids[None, 4:8], state=s4).state
     lin4 = [l for l in s4.layers if hasattr(l, "S")]
     lin8 = [l for l in s8.layers if hasattr(l, "S")]
-    # write term only: S_after - e^{G_C} S_before, G_C the chunk's summed log-decay per head (spec ambiguity 3)
+    # write term only: S_after - e^{G_C} S_before, G_C the chunk's summed log-decay per head (drift_source="write")
     write = torch.stack(
         [
             ((b.S - b.log_decay.exp()[..., None, None] * a.S).norm(dim=(-2, -1)) / (a.S.norm(dim=(-2, -1)) + 1e-6))[0]
@@ -422,7 +422,7 @@ def test_first_chunk_from_the_zero_state_scores_its_state_norm_over_eps():
     ids = torch.randint(0, 50, (8,))
     with torch.no_grad():
         after = [l.S for l in model(ids[None, :4]).state.layers if hasattr(l, "S")]
-    for eps in (1e-6, 0.5):  # the spec default (ambiguity 1) and a large one
+    for eps in (1e-6, 0.5):  # the default and a large one
         record = read_prefix(model, ids, chunk_tokens=4, eps=eps)
         by_hand = np.mean([float((S.norm(dim=(-2, -1)) / eps).mean()) for S in after])
         assert float(record.chunk_drift[0]) == pytest.approx(by_hand, rel=1e-5)

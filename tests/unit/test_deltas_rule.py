@@ -54,7 +54,7 @@ def test_novel_value_drift_is_beta_times_value_change_over_state_norm():
     assert absolute.item() == pytest.approx(0.5 * math.sqrt(5.0), rel=1e-6)
 
 
-def test_decay_alone_produces_drift_documenting_ambiguity_3():
+def test_decay_alone_produces_drift_which_the_write_term_excludes():
     k = torch.tensor([1.0, 0.0, 0.0])
     v = torch.tensor([0.5, -2.0, 1.0])
     S0 = _stored_state(k, v)

@@ -1,4 +1,4 @@
-"""Cheap cross-checks of validate (issue 23): a run of another chapter, per-cell timings that do not fit the run,
+"""Cheap cross-checks of validate: a run of another chapter, per-cell timings that do not fit the run,
 and seeds cloned from one run."""
 
 from __future__ import annotations

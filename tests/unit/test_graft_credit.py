@@ -148,7 +148,7 @@ def test_bellman_fixed_point_unreachable_and_k_max():
     for state in ("loop", "loop2"):
         assert v.values[node(g, trajs, state)] == 0.0
         assert v.distance[node(g, trajs, state)] == -1
-    assert g.conflicts == 2  # both final states also occur as non-final states (ambiguity 5)
+    assert g.conflicts == 2  # both final states also occur as non-final states (sink_policy decides)
 
 
 def test_bellman_reverse_bfs_order():
@@ -328,7 +328,7 @@ def test_bad_input_is_named():
 
 
 def test_sink_policy_for_a_final_state_seen_elsewhere():
-    """Ambiguity 5: T4 is truncated at s1, which is non-final in T1 and T3."""
+    """sink_policy: T4 is truncated at s1, which is non-final in T1 and T3."""
     trajs = worked() + [Trajectory(("s0", "s1"), ("a",), 0.0, terminated=False)]
     normal = build_graph(trajs)
     s1 = node(normal, trajs, "s1")
@@ -340,7 +340,7 @@ def test_sink_policy_for_a_final_state_seen_elsewhere():
 
 
 def test_step_rewards_enter_td0_and_break_the_identity():
-    """Ambiguity 4: A_t = r_t + gamma V' - V with a -0.1 penalty on every step (values stay eq. 5)."""
+    """Step advantages: A_t = r_t + gamma V' - V with a -0.1 penalty on every step (values stay eq. 5)."""
     trajs = [Trajectory(tr.states, tr.actions, tr.reward, step_rewards=(-0.1,) * tr.length) for tr in worked()]
     g, v, _ = solved(trajs)
     td = td0_advantages(g, v.values, gamma=GAMMA, include_step_rewards=True)
@@ -353,7 +353,7 @@ def test_step_rewards_enter_td0_and_break_the_identity():
 
 
 def test_norm_group_distinct_edges():
-    """Ambiguity 6: at s0 the distinct edges carry {0.135, -0.27}: mean -0.0675, population std 0.2025."""
+    """norm_group="distinct": at s0 the distinct edges carry {0.135, -0.27}: mean -0.0675, population std 0.2025."""
     trajs = worked()
     g, _, td = solved(trajs)
     per = g.split(node_normalise(g, td, norm_group="distinct"))

@@ -1,4 +1,4 @@
-"""MuSeR training and evaluation on a device (issue 30): the CPU path is the default path, bit for bit, and CUDA
+"""MuSeR training and evaluation on a device: the CPU path is the default path, bit for bit, and CUDA
 (when this machine has it) gives the CPU's metrics within a stated tolerance. All data here is SYNTHETIC: users
 whose sequences walk through a few item ranges, and a random stand-in for the MiniLM text matrix."""
 

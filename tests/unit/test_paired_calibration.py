@@ -1,9 +1,10 @@
 """Calibration of the paired protocol v2 by simulation (synthetic data sets; claim C1 of paired-protocol).
 
-Each design of issue 9 is simulated 4000 times at a true difference of 0.2 (coverage of the 95% CI) and 4000 times
-at 0 (false-positive rate of a better/worse verdict at alpha 0.05). With 4000 sets the Monte Carlo sd of a rate
-near 0.95 is 0.0034, so the bounds [0.93, 0.97] are about 6 sd from the nominal 0.95. The verdict classes' error
-rates and the power at the MDE reported for 0/1 outcomes near a floor (issue 27) are checked the same way.
+Each design of ``calibration.DESIGNS`` is simulated 4000 times at a true difference of 0.2 (coverage of the 95% CI) and
+4000 times at 0 (false-positive rate of a better/worse verdict at alpha 0.05). With 4000 sets the Monte Carlo sd of a
+rate near 0.95 is 0.0034, so the bounds [0.93, 0.97] are about 6 sd from the nominal 0.95. The verdict classes' error
+rates and the power at the MDE reported for 0/1 outcomes near a floor (``calibration.BOUNDED_DESIGNS``) are checked the
+same way.
 """
 
 import numpy as np

@@ -1,4 +1,5 @@
-"""Every chapter's ``a100`` profile runs offline; a profile that needs hub weights is named ``a100-hub`` (DESIGN.md)."""
+"""Every chapter's ``a100`` profile runs offline; a profile that needs hub weights is named ``a100-hub`` (README,
+"Running a GPU profile")."""
 
 import re
 

@@ -1,4 +1,4 @@
-"""What keeps one batch from harming another (issue 23): the runs root's lock, scratch folders reclaimed only when
+"""What keeps one batch from harming another: the runs root's lock, scratch folders reclaimed only when
 their process is gone, symbolic links refused, and YAML/seed parsing that reads numbers as numbers."""
 
 from __future__ import annotations

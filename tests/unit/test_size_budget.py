@@ -1,6 +1,6 @@
 """Evidence is data that must travel: a lent GPU machine receives the working tree only up to 64 MiB, so the tracked
-tree stays under 60 MiB, the committed runs under 25 MB and the kernel-path spread files under 2 MB (DESIGN.md,
-"Evidence that stays current and travels"). A failure names the largest files."""
+tree stays under 60 MiB, the committed runs under 25 MB and the kernel-path spread files under 2 MB (README,
+"Evidence that travels"). A failure names the largest files."""
 
 import subprocess
 from pathlib import Path
