@@ -24,7 +24,7 @@ from agentpost.toolsearcher.train import VARIANTS, TrainConfig, World, evaluate,
 def validation_rows(world: World, train_tasks, val_tasks, base: TrainConfig, seeds: list[int]) -> list[dict]:
     """One row per reading in :data:`VARIANTS`: validation means over ``seeds`` and the mean training wall time."""
     rows = []
-    for arm, gate, nondisc in VARIANTS:
+    for arm, gate, nondisc in VARIANTS.values():
         per_seed = []
         for seed in seeds:
             res = train(world, train_tasks, replace(base, arm=arm, gate=gate, nondiscovery=nondisc), seed)

@@ -31,16 +31,20 @@ from agentpost.actkv.engine import TraceResult, score_trace
 from agentpost.actkv.policies import make_policy
 from agentpost.actkv.regions import RoundLayout, detect_rounds, token_texts
 from agentpost.data.tool_traces import build_traces, tokenize_trace
+from agentpost.registry import Registry
 
 BASELINES = ("streamingllm", "h2o", "snapkv", "rkv")
 METHODS = ("fullkv",) + BASELINES + ("actkv",)
 #: Extra arms of the grid: a baseline under another reading the spec names (where the baseline's own papers leave the
 #: head pooling or the normalisation open). ``h2o_normalised`` is kvpress's ``ObservedAttentionPress`` (normalised
 #: accumulated attention, no forced recent window: ``recent_fraction=0`` overrides the H2O arm's own recent window).
-VARIANTS: dict[str, tuple[str, dict]] = {
-    "h2o_normalised": ("h2o", {"normalise": True, "recent_fraction": 0.0}),
-    "snapkv_query_head": ("snapkv", {"head_mode": "query_head"}),
-}
+VARIANTS: Registry = Registry(
+    "ActKV extra arm",
+    {
+        "h2o_normalised": ("h2o", {"normalise": True, "recent_fraction": 0.0}),
+        "snapkv_query_head": ("snapkv", {"head_mode": "query_head"}),
+    },
+)
 
 
 @dataclass(frozen=True)

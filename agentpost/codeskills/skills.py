@@ -17,6 +17,7 @@ from typing import Callable, Generator
 
 from agentpost.codeskills.bot import CLOSED_DOORS, S_STONE, WATER_CMAP, Bot
 from agentpost.codeskills.env import DIRECTIONS
+from agentpost.registry import Registry
 
 SkillGen = Generator["str | tuple[str, ...]", None, bool]
 
@@ -29,8 +30,8 @@ class Skill:
     panics: bool
 
 
-#: The skills an interface exposes, by name.
-SKILLS: dict[str, Skill] = {}
+#: The skills an interface exposes, by name (a second skill under one name is refused).
+SKILLS: Registry = Registry("skill")
 
 
 def skill(description: str, *, expose: bool = True, panics: bool = True):
@@ -50,7 +51,7 @@ def skill(description: str, *, expose: bool = True, panics: bool = True):
                 bot.panic_guard.pop()
 
         if expose:
-            SKILLS[fn.__name__] = Skill(fn.__name__, run, description, panics)
+            SKILLS.register(fn.__name__)(Skill(fn.__name__, run, description, panics))
         return run
 
     return deco

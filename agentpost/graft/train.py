@@ -28,18 +28,22 @@ from agentpost.record.outcomes import fingerprint
 from agentpost.graft.advantages import grpo_c_objective
 from agentpost.graft.credit import CreditConfig, step_credit
 from agentpost.graft.graph import Trajectory, build_graph, node_group_stats, state_hash
+from agentpost.registry import Registry
 from agentpost.stats import Split, select_on_validation
 
 #: arm -> (credit method, CreditConfig overrides, TrainConfig overrides). Ablations of Table 3: ``graft_td_nonorm``
 #: without eq. 11; ``graft_td_token`` with token-level PPO (each token's ratio clipped) instead of GRPO-C.
-ARM_SPECS = {
-    "grpo": ("grpo", {}, {}),
-    "gigpo": ("gigpo", {}, {}),
-    "graft_td": ("graft_td", {}, {}),
-    "graft_gae": ("graft_gae", {}, {}),
-    "graft_td_nonorm": ("graft_td", {"normalise": False}, {}),
-    "graft_td_token": ("graft_td", {}, {"ratio_level": "token"}),
-}
+ARM_SPECS = Registry(
+    "GRAFT method",
+    {
+        "grpo": ("grpo", {}, {}),
+        "gigpo": ("gigpo", {}, {}),
+        "graft_td": ("graft_td", {}, {}),
+        "graft_gae": ("graft_gae", {}, {}),
+        "graft_td_nonorm": ("graft_td", {"normalise": False}, {}),
+        "graft_td_token": ("graft_td", {}, {"ratio_level": "token"}),
+    },
+)
 ARMS = ("grpo", "gigpo", "graft_td", "graft_gae")
 
 
@@ -136,8 +140,7 @@ class TrainConfig:
     credit: CreditConfig = field(default_factory=CreditConfig)
 
     def __post_init__(self) -> None:
-        if self.method not in ARM_SPECS:
-            raise ValueError(f"method must be one of {sorted(ARM_SPECS)}, got {self.method!r}")
+        ARM_SPECS.lookup(self.method)  # an unknown arm: UnknownName (a ValueError) naming it and the known ones
         if self.ratio_level not in ("sequence", "token"):
             raise ValueError(f"ratio_level must be 'sequence' (GRPO-C) or 'token' (PPO), got {self.ratio_level!r}")
         if self.token_base < 0 or self.token_base == 1:
@@ -219,7 +222,7 @@ def train_arm(env, cfg: TrainConfig, seed: int, *, keep_group: int | None = None
     ``kept``: the trajectories and positions of group number ``keep_group`` (for a figure).
     ``credit_time_fraction``: share of the run's wall time spent building graphs and computing credit.
     """
-    method, credit_overrides, train_overrides = ARM_SPECS[cfg.method]
+    method, credit_overrides, train_overrides = ARM_SPECS.lookup(cfg.method)
     credit_cfg = replace(cfg.credit, **credit_overrides)
     cfg = replace(cfg, **train_overrides)
     policy = TabularSoftmax(env.n_actions, token_base=cfg.token_base)

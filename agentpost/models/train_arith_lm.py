@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -39,6 +38,7 @@ import torch.nn.functional as F
 
 from agentpost.data import files_read
 from agentpost.data.gsm8k import arithmetic_split
+from agentpost.record.environment import package_versions
 from agentpost.record.hashing import sha256_file
 from agentpost.models import arith_lm as A
 from agentpost.models.schedules import warmup_cosine
@@ -133,19 +133,6 @@ def evaluate(model, tok, exprs, max_new_tokens: int) -> dict:
             np.mean([A.final_answer(r["text"]) == A.final_answer(s["text"]) for r, s in zip(rewrite, student)])
         ),
         "examples": [{"expr": e.line, "student": s["text"]} for e, s in list(zip(exprs, student))[:5]],
-    }
-
-
-def _versions() -> dict:
-    import tokenizers
-    import transformers
-
-    return {
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "transformers": transformers.__version__,
-        "tokenizers": tokenizers.__version__,
-        "numpy": np.__version__,
     }
 
 
@@ -267,7 +254,7 @@ def train(
         },
         "device": f"cpu ({hp.threads} threads)" if device == "cpu" else device,
         "checkpoint": checkpoint,
-        "versions": _versions(),
+        "versions": package_versions(),
     }
     (out_dir / "receipt.json").write_text(json.dumps(receipt, indent=2) + "\n")
     return receipt

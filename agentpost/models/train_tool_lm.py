@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import shutil
 import time
 from dataclasses import asdict, dataclass
@@ -40,6 +39,7 @@ import torch
 from agentpost.data.tool_traces import SPLIT_GROUPS, TRACE_LABEL, build_traces, tokenize_trace
 from agentpost.data import files_read
 from agentpost.data.wikitext2 import read_split, words
+from agentpost.record.environment import package_versions
 from agentpost.record.hashing import sha256_file
 from agentpost.models.lm import DEFAULT_DIR, TRAIN_COMMAND, tool_lm_config
 from agentpost.models.schedules import warmup_cosine
@@ -114,19 +114,6 @@ def trace_metrics(model, tokenized) -> dict:
         "action_token_accuracy": correct / n,
         "name_token_accuracy": name_correct / name_n,
         "name_exact_match": exact / actions,
-    }
-
-
-def _versions() -> dict:
-    import tokenizers
-    import transformers
-
-    return {
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "transformers": transformers.__version__,
-        "tokenizers": tokenizers.__version__,
-        "numpy": np.__version__,
     }
 
 
@@ -270,7 +257,7 @@ def train(out_dir: Path = DEFAULT_DIR, hp: Hyper = Hyper()) -> dict:
         "wikitext2_perplexity": ppl,
         "held_out_traces": {"seed": hp.seed, "splits": SPLIT_GROUPS, **held_out},
         "checkpoint": {"file": weights.name, "bytes": weights.stat().st_size, "sha256": sha256_file(weights)},
-        "versions": _versions(),
+        "versions": package_versions(),
     }
     (out_dir / "receipt.json").write_text(json.dumps(receipt, indent=2) + "\n")
     log(f"saved {weights.stat().st_size / 1e6:.1f} MB to {out_dir.name}/")

@@ -22,6 +22,7 @@ from agentpost.toolsearcher.env import SearchEnv, category_centroids, clauses
 from agentpost.toolsearcher.loss import LossConfig, event_level_loss, token_advantages
 from agentpost.toolsearcher.policy import PRIOR_THETA, LogLinearPolicy, Task, layout, token_logits, token_logp
 from agentpost.models.minilm import embedding_key
+from agentpost.registry import Registry
 from agentpost.toolsearcher.retrieval import MiniLMRetriever, build_retriever, embed_texts
 
 ARMS = ("toolsearcher", "grpo")
@@ -195,14 +196,17 @@ def train(world: World, train_tasks, cfg: TrainConfig, seed: int) -> dict:
 
 
 #: The readings of the two choices the paper leaves open, which rollouts get a selection credit (selection_gate) and
-#: what a search that found nothing earns (nondiscovery_credit), as (arm, selection_gate, nondiscovery_credit); the
-#: outcome-GRPO arm ignores both.
-VARIANTS = (
-    ("grpo", "none", "zero"),
-    ("toolsearcher", "after_norm", "zero"),
-    ("toolsearcher", "after_norm", "min"),
-    ("toolsearcher", "before_norm", "zero"),
-    ("toolsearcher", "none", "zero"),
+#: what a search that found nothing earns (nondiscovery_credit), by name, as (arm, selection_gate,
+#: nondiscovery_credit); the outcome-GRPO arm ignores both.
+VARIANTS: Registry = Registry(
+    "ToolSearcher reading",
+    {
+        "grpo": ("grpo", "none", "zero"),
+        "toolsearcher": ("toolsearcher", "after_norm", "zero"),
+        "toolsearcher_min_credit": ("toolsearcher", "after_norm", "min"),
+        "toolsearcher_gate_before_norm": ("toolsearcher", "before_norm", "zero"),
+        "toolsearcher_no_gate": ("toolsearcher", "none", "zero"),
+    },
 )
 
 
@@ -215,10 +219,10 @@ def data_version(*task_lists) -> str:
     )
 
 
-def run_seed(world: World, train_tasks, val_tasks, test_tasks, base: TrainConfig, seed: int, variants=VARIANTS) -> dict:
-    """One replication: train every reading in ``variants`` plus ``base``'s own once at ``seed``, score each
-    greedily on validation and test, and choose the ToolSearcher reading with the best validation F1
-    (``select_on_validation``: validation only).
+def run_seed(world: World, train_tasks, val_tasks, test_tasks, base: TrainConfig, seed: int, variants=None) -> dict:
+    """One replication: train every reading in ``variants`` (default: those of :data:`VARIANTS`, in its order) plus
+    ``base``'s own once at ``seed``, score each greedily on validation and test, and choose the ToolSearcher reading
+    with the best validation F1 (``select_on_validation``: validation only).
 
     Returns ``{"variants": [row per reading: arm, gate, nondiscovery, updates, wall_s, val (means), test (per-item
     arrays)], "default": index of base's reading, "grpo": index of the outcome arm, "selected": index of the chosen
@@ -230,7 +234,7 @@ def run_seed(world: World, train_tasks, val_tasks, test_tasks, base: TrainConfig
 
     if base.arm != "toolsearcher":
         raise ValueError(f"run_seed: base must be the toolsearcher arm's config, got arm {base.arm!r}")
-    readings = list(variants)
+    readings = list(VARIANTS.values() if variants is None else variants)
     own = ("toolsearcher", base.gate, base.nondiscovery)
     if own not in readings:
         readings.append(own)

@@ -5,6 +5,7 @@ import pytest
 
 from agentpost.data.stabletoolbench import GROUPS, load_apis, load_queries, split_by_group
 from agentpost.models import minilm
+from agentpost.record.hashing import sha256_file
 from agentpost.toolsearcher import retrieval
 
 
@@ -32,7 +33,7 @@ def test_split_is_stratified_disjoint_and_deterministic():
 
 def test_minilm_weights_are_pinned_and_embeddings_normalised():
     folder = minilm.minilm_dir()
-    assert minilm._sha256(folder / "model.safetensors") == minilm.MINILM_WEIGHTS_SHA256
+    assert sha256_file(folder / "model.safetensors") == minilm.MINILM_WEIGHTS_SHA256
     e = minilm.embed_texts(["weather forecast for a city", "current weather in a town", "stock prices"], cache=False)
     assert e.shape == (3, 384)
     assert np.allclose(np.linalg.norm(e, axis=1), 1.0, atol=1e-5)

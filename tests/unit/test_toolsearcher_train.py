@@ -78,7 +78,9 @@ def test_run_seed_trains_each_reading_once_and_selects_on_validation(fake):
     cfg = TrainConfig(steps=2, prompts_per_step=2, rollouts_per_prompt=3, lr=0.1, gate="before_norm")
     a = run_seed(world, tasks, tasks[:2], tasks[2:], cfg, 7)
     rows = a["variants"]
-    assert [(r["arm"], r["gate"], r["nondiscovery"]) for r in rows] == list(VARIANTS)  # base's reading is one of them
+    assert [(r["arm"], r["gate"], r["nondiscovery"]) for r in rows] == list(
+        VARIANTS.values()
+    )  # base's reading is one of them
     assert rows[a["default"]]["gate"] == "before_norm" and rows[a["grpo"]]["arm"] == "grpo"
     assert {r["updates"] for r in rows} == {2}  # counted optimizer steps, not the parameter
     best = max(r["val"]["f1"] for r in rows if r["arm"] == "toolsearcher")
@@ -95,4 +97,4 @@ def test_run_seed_trains_each_reading_once_and_selects_on_validation(fake):
     with pytest.raises(ValueError, match="toolsearcher arm"):
         run_seed(world, tasks, tasks[:2], tasks[2:], TrainConfig(arm="grpo"), 7)
     with pytest.raises(ValueError, match="outcome-GRPO"):
-        run_seed(world, tasks, tasks[:2], tasks[2:], cfg, 7, variants=VARIANTS[1:])
+        run_seed(world, tasks, tasks[:2], tasks[2:], cfg, 7, variants=list(VARIANTS.values())[1:])
