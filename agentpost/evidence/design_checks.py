@@ -400,3 +400,27 @@ def summary(checks: list[Check]) -> str:
         return "design ok"
     kinds = list(dict.fromkeys(f"{c.kind}{' (missing)' if c.status == 'missing' else ''}" for c in bad))
     return "design check failed: " + ", ".join(kinds)
+
+
+def design_section(computed: list) -> list[str]:
+    """The page section listing each comparison's design checks (a failed one says why, in the run's terms)."""
+    from agentpost.evidence.escape import escape_cell
+
+    rows = [c for c in computed if c.checks]
+    if not rows:
+        return []
+    lines = [
+        "",
+        "#### Design checks",
+        "",
+        "Can each comparison answer its question? No harm (each trained arm against its starting point), "
+        "competence (the model can do the task), headroom (the arms can differ by more than the margin; the "
+        "baseline is off the floor and below the ceiling), tuning (no pick at a grid edge at more than "
+        "a third of seeds, picks resting on enough successes, equal budgets) and identity (the two arms are not "
+        "one run). A headline whose checks fail keeps its claim at *mechanism* in the ledger.",
+        "",
+    ]
+    for c in rows:
+        lines.append(f"- `{c.comparison.id}`: **{summary(c.checks)}**")
+        lines += [f"  - {escape_cell(check.line())}" for check in c.checks if not check.ok]
+    return lines
