@@ -140,9 +140,10 @@ def identity(comparison, group, share: float) -> list[Check]:
     ]
 
 
-def no_harm(comparison, group, reference: Reference, declared_on: dict | None = None) -> list[Check]:
+def no_harm(comparison, group, reference: Reference, declared_on: dict | None = None, memo=None) -> list[Check]:
     """Each trained arm of the comparison against the starting point, read on the metric the reference names for
-    it (its direction, margin and bounds those of a comparison declared on that metric: ``declared_on``)."""
+    it (its direction, margin and bounds those of a comparison declared on that metric: ``declared_on``). ``memo``:
+    a dict that keeps each (arm, metric) check for the other comparisons of the same runs."""
     from agentpost.stats.paired import ArmMeta, ProtocolError, compare
 
     checks = []
@@ -152,8 +153,12 @@ def no_harm(comparison, group, reference: Reference, declared_on: dict | None = 
         if metric not in (declared_on or {}):
             return [Check("no harm", "missing", f"no comparison is declared on {metric}, which the check reads")]
         comparison = declared_on[metric]
+    memo = {} if memo is None else memo
     for arm in arms:
         if arm not in reference.trained:
+            continue
+        if (arm, metric) in memo:
+            checks.append(memo[(arm, metric)])
             continue
         if reference.arm is not None:
             ref_name = reference.arm
@@ -174,6 +179,7 @@ def no_harm(comparison, group, reference: Reference, declared_on: dict | None = 
             shared = False  # one number per seed: the test is the paired t over seeds
         if len(pairs) < 3:
             checks.append(Check("no harm", "missing", f"{ref_name} is not recorded beside {arm} at 3 or more seeds"))
+            memo[(arm, metric)] = checks[-1]
             continue
         meta = ArmMeta("starting point", "same data", 0)
         kwargs = {"bounds": comparison.bounds} if comparison.bounds is not None and shared else {}
@@ -192,6 +198,7 @@ def no_harm(comparison, group, reference: Reference, declared_on: dict | None = 
             )
         except ProtocolError as err:
             checks.append(Check("no harm", "missing", f"{arm} against {ref_name}: {err}"))
+            memo[(arm, metric)] = checks[-1]
             continue
         worse = result.direction == "worse"
         checks.append(
@@ -203,6 +210,7 @@ def no_harm(comparison, group, reference: Reference, declared_on: dict | None = 
                 + (f"; training left {arm} below its starting point" if worse else ""),
             )
         )
+        memo[(arm, metric)] = checks[-1]
     return checks
 
 
@@ -361,14 +369,14 @@ def tuning(comparison, group, knob: Tuning, share: float) -> list[Check]:
     return checks
 
 
-def checks_for(comparison, group, declared: Design, declared_on: dict | None = None) -> list[Check]:
+def checks_for(comparison, group, declared: Design, declared_on: dict | None = None, memo=None) -> list[Check]:
     """Every design check of one comparison over the runs of its counted configuration (``declared_on``: the
     chapter's comparisons by metric, for a no-harm check read on another metric)."""
     if not group:
         return []
     out = []
     if declared.reference is not None:
-        out += no_harm(comparison, group, declared.reference, declared_on)
+        out += no_harm(comparison, group, declared.reference, declared_on, memo)
     out += [competence(c, group) for c in declared.competence]
     out += headroom(comparison, group)
     for knob in declared.tuning:
@@ -383,8 +391,9 @@ def attach(chapter_id: str, computed: list, group) -> None:
     by_metric = {}
     for c in computed:
         by_metric.setdefault(c.comparison.metric, c.comparison)
+    memo: dict = {}
     for c in computed:
-        c.checks = checks_for(c.comparison, group, declared, by_metric)
+        c.checks = checks_for(c.comparison, group, declared, by_metric, memo)
 
 
 def failed(checks: list[Check]) -> list[Check]:
