@@ -218,9 +218,10 @@ class _Reading:
 
     @property
     def strength(self) -> tuple:
-        """Orders readings: unblocked first, then the higher level, current over stale, more replications."""
+        """Orders readings: the higher level, current over stale, more replications. Design checks do not order
+        them: a weaker profile whose checks pass never stands in for a stronger one whose checks fail."""
         top = max((LEVELS.index(lvl) for lvl in self.reached), default=0)
-        return (not self.blocked, top, self.current, len(self.seeds), self.profile)
+        return (top, self.current, len(self.seeds), self.profile)
 
     def short(self) -> str:
         level = "blocked" if self.blocked else max(self.reached, key=LEVELS.index)
@@ -271,8 +272,8 @@ def claim_status(
     chapter: Chapter, claim: Claim, tests: dict, runs: dict[tuple[str, str], list[Run]], computed: dict | None = None
 ) -> ClaimStatus:
     """The levels a claim reached, read from its strongest profile (GPU over CPU, current over stale, more
-    replications over fewer; a profile whose headline design checks fail is read last and keeps the claim at
-    mechanism), with every other profile's reading listed beside it. Independent of the order of ``runs``."""
+    replications over fewer; when its headline design checks fail the claim stays at mechanism), with every other
+    profile's reading listed beside it. Independent of the order of ``runs``."""
     levels = dict.fromkeys(LEVELS, False)
     notes = {}
     t = tests.get(f"{chapter.id}/{claim.id}")

@@ -265,3 +265,32 @@ def test_the_ledger_reads_the_strongest_profile_in_either_order(monkeypatch):
         assert status.reached == "diagnostic"
         assert status.notes["diagnostic"].startswith("profile cpu, seeds [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]")
         assert status.notes["other profiles"].startswith("smoke: diagnostic, 3 seeds")
+
+
+def test_a_stronger_profile_whose_design_fails_is_not_replaced_by_a_weaker_one(monkeypatch):
+    from agentpost.catalogue import Claim, chapter
+    from agentpost.evidence import levels
+    from agentpost.evidence.comparisons import Computed
+    from agentpost.evidence.design_checks import Check
+
+    monkeypatch.setattr(levels, "config", lambda: {"min_seeds": 3})
+    monkeypatch.setattr(levels, "gpu_evidence_problems", lambda receipts: ["cpu"])
+    monkeypatch.setattr(levels, "copied_seeds", lambda receipts: [])
+    monkeypatch.setattr(levels, "counted_configuration", lambda group: group)
+    claim = Claim("C1", "t", ("acc_mean",))
+
+    def runs_of(seeds):
+        return [
+            Run(Path(f"r{s}"), {"seed": s, "status": "ok", "kind": "profile", "metrics": {"acc_mean": 0.5}})
+            for s in seeds
+        ]
+
+    headline = Comparison(**{**COMP.__dict__, "headline": True})
+    blocked = Computed("kite", "cpu", headline, seeds=list(range(10)), checks=[Check("identity", "fail", "same")])
+    sound = Computed("kite", "smoke", headline, seeds=[0, 1, 2], checks=[Check("identity", "pass", "differ")])
+    runs = {("kite", "smoke"): runs_of(range(3)), ("kite", "cpu"): runs_of(range(10))}
+    status = levels.claim_status(
+        chapter("kite"), claim, {}, runs, {("kite", "cpu"): [blocked], ("kite", "smoke"): [sound]}
+    )
+    assert status.reached == "none" and "NOT COUNTED" in status.notes["diagnostic"]
+    assert "identity" in status.notes["diagnostic"] and status.notes["other profiles"].startswith("smoke: diagnostic")
