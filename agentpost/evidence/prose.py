@@ -1,7 +1,7 @@
 """Prose that cannot go stale (issue 44): a chapter states its results through glued values, and never says that a
 profile or a GPU benchmark has (or has not) run against what its runs and receipts show.
 
-Three rules, each a pure function of the text and of facts handed in (``tests/unit/test_chapter_prose.py`` gathers
+Three rules, each a function of the text and of facts handed in (``tests/unit/test_chapter_prose.py`` gathers
 the facts and applies them to every chapter):
 
 * **Typed numbers** (:func:`typed_numbers`). In a chapter's *results part*, every section after its Ambiguities
@@ -19,7 +19,8 @@ the facts and applies them to every chapter):
   run, never run, ...) is checked against what exists: if the profile or GPU plan item it speaks of has runs under
   ``book/runs/<chapter>/<profile>/`` or a receipt under ``benchmarks/receipts/``, it is contradicted.
 * **Cited evidence exists** (:func:`missing_evidence`): every ``book/runs/<chapter>/<profile>`` and
-  ``benchmarks/receipts/<folder>`` the text cites, and every GPU plan item it says "ran", is there.
+  ``benchmarks/receipts/<folder>`` the text cites, and every GPU plan item it says "ran", is there; and every
+  ``{glue}`` reference names a value that something records (:func:`unknown_glue_references`).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from typing import Any
 
 from agentpost.catalogue import Chapter
 from agentpost.evidence import receipt as rc
+from agentpost.evidence.verdicts import FIELDS, glue_name
 from agentpost.project import project_root
 
 #: Where GPU plans leave their receipts and logs (``benchmarks/gpu_all.sh``'s default output folder).
@@ -327,3 +329,26 @@ def missing_evidence(text: str, ran: Mapping[str, int], gpu_items: Mapping[str, 
                 if item not in gpu_items:
                     problems.append(f"says {item} ran, but no receipt under {GPU_RECEIPTS_DIR} has it: {sentence!r}")
     return problems
+
+
+# --- glue references ----------------------------------------------------------------------------------------------
+
+_GLUE_ROLE = re.compile(r"\{glue(?::\w+)?\}`([^`]*)`")
+
+
+def unknown_glue_references(markdown: str, glued: set[str], chapter: Chapter) -> list[str]:
+    """The ``{glue}`` references of ``markdown`` that nothing records: a plain name must be glued by the notebook
+    itself (``glued``: the names in its committed outputs); a ``path::key`` must cite this chapter's verdicts
+    notebook (``agentpost ledger`` writes it) with a key naming one of its profiles, declared comparisons and
+    verdict fields."""
+    own = f"../book/generated/verdicts/{chapter.id}.ipynb"
+    verdict_keys = {glue_name(p, c.id, f) for p in chapter.profiles for c in chapter.comparisons for f in FIELDS}
+    unknown = []
+    for reference in _GLUE_ROLE.findall(markdown):
+        if "::" in reference:
+            path, key = reference.split("::", 1)
+            if path != own or key.rsplit(":", 1)[0] not in verdict_keys:
+                unknown.append(reference)
+        elif reference.split(":", 1)[0] not in glued:
+            unknown.append(reference)
+    return unknown

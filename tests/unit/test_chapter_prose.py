@@ -7,7 +7,7 @@ import json
 import nbformat
 import pytest
 
-from agentpost.catalogue import Chapter, Claim, Comparison, chapters
+from agentpost.catalogue import Chapter, Claim, Comparison, chapter, chapters
 from agentpost.evidence.prose import (
     Quote,
     declared_numbers,
@@ -18,8 +18,10 @@ from agentpost.evidence.prose import (
     profiles_with_runs,
     prose_only,
     typed_numbers,
+    unknown_glue_references,
 )
 from agentpost.run.params import load_profile, notebook_defaults
+from tests.unit.test_chapter_contract import glued_names
 
 STARTED = [c for c in chapters() if c.started]
 
@@ -176,6 +178,25 @@ def test_cited_evidence_must_exist(tmp_path):
     assert not check("`bench-kite-prefill` has not run.")
 
 
+def test_a_glue_reference_must_name_a_recorded_value():
+    """Plain names against the notebook's own glue; verdict citations against the chapter's own verdicts notebook,
+    its profiles, declared comparisons and fields (kite: profiles smoke, cpu, a100; comparison sst_vs_dense_kv)."""
+    verdicts = "../book/generated/verdicts/{}.ipynb::{}"
+    markdown = (
+        "{glue:text}`nll:.3f` and {glue}`n_items`, {glue:text}`gone:.2f`; "
+        f"{{glue:text}}`{verdicts.format('kite', 'cpu_sst_vs_dense_kv_verdict:s')}`, "
+        f"{{glue:text}}`{verdicts.format('kite', 'cpu_sst_vs_dense_kv_pvalue:.3f')}`, "
+        f"{{glue:text}}`{verdicts.format('kite', 'gpu_sst_vs_dense_kv_verdict:s')}`, "
+        f"{{glue:text}}`{verdicts.format('actkv', 'cpu_sst_vs_dense_kv_verdict:s')}`"
+    )
+    assert unknown_glue_references(markdown, {"nll", "n_items"}, chapter("kite")) == [
+        "gone:.2f",
+        verdicts.format("kite", "cpu_sst_vs_dense_kv_pvalue:.3f"),
+        verdicts.format("kite", "gpu_sst_vs_dense_kv_verdict:s"),
+        verdicts.format("actkv", "cpu_sst_vs_dense_kv_verdict:s"),
+    ]
+
+
 def test_profiles_with_runs_counts_ok_profile_seeds(tmp_path):
     def run(name, **fields):
         folder = tmp_path / "kite" / name
@@ -217,6 +238,15 @@ def test_results_are_glued_not_typed(chapter):
         "result goes in QUOTES with its reason:\n" + "\n".join(map(str, findings))
     )
     assert not unused, f"{chapter.id}: QUOTES that let no number through (stale exceptions): {unused}"
+
+
+@pytest.mark.parametrize("chapter", STARTED, ids=lambda c: c.id)
+def test_every_glue_reference_names_a_recorded_value(chapter):
+    """A reference to a value the notebook no longer records (renamed, dropped) would print nothing in the book."""
+    nb = nbformat.read(chapter.notebook, as_version=4)
+    markdown = "\n\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
+    unknown = unknown_glue_references(markdown, glued_names(chapter.notebook), chapter)
+    assert not unknown, f"{chapter.id}: glue references to values nothing records: {unknown}"
 
 
 def test_every_quote_names_a_started_chapter():
