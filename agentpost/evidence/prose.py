@@ -293,15 +293,15 @@ def not_run_claims(
 
 
 def _subject(sentence: str, at: int, profiles: Iterable[str], chapter_id: str) -> tuple[str | None, str | None] | None:
-    """The profile or GPU plan item that the negation at ``at`` speaks of: the last one named before it, else the
-    first named after it; None when the sentence names none."""
+    """``(profile, None)`` or ``(None, GPU plan item)``: what the negation at ``at`` speaks of, the last one named
+    before it, else the first named after it; None when the sentence names none."""
     mentions = [(m.start(), None, m.group(0)) for m in _GPU_ITEM.finditer(sentence)]
     for p in profiles:
         name = re.escape(p)
         pattern = rf"`{name}`|\b{name} profile\b|params/{re.escape(chapter_id)}/{name}\.yaml"
         mentions += [(m.start(), p, None) for m in re.finditer(pattern, sentence)]
-    before = sorted(m for m in mentions if m[0] < at)
-    after = sorted(m for m in mentions if m[0] >= at)
+    before = sorted((m for m in mentions if m[0] < at), key=lambda m: m[0])
+    after = sorted((m for m in mentions if m[0] >= at), key=lambda m: m[0])
     chosen = before[-1] if before else after[0] if after else None
     return None if chosen is None else chosen[1:]
 
