@@ -89,7 +89,7 @@ def headroom(comparison, group) -> list[Check]:
     if comparison.a not in means:
         return [Check("headroom", "missing", f"no run records outcomes_{comparison.metric} for {comparison.a}")]
     checks = []
-    low, high = min(means, key=means.get), max(means, key=means.get)  # type: ignore[arg-type]
+    low, high = min(means, key=means.get), max(means, key=means.get)
     spread = means[high] - means[low]
     status = "pass" if spread > comparison.min_effect else "fail"
     checks.append(
@@ -140,9 +140,10 @@ def identity(comparison, group, share: float) -> list[Check]:
     ]
 
 
-def no_harm(comparison, group, reference: Reference, declared_on: dict | None = None) -> list[Check]:
+def no_harm(comparison, group, reference: Reference, declared_on: dict | None = None, memo=None) -> list[Check]:
     """Each trained arm of the comparison against the starting point, read on the metric the reference names for
-    it (its direction, margin and bounds those of a comparison declared on that metric: ``declared_on``)."""
+    it (its direction, margin and bounds those of a comparison declared on that metric: ``declared_on``). ``memo``:
+    a dict that keeps each (arm, metric) check for the other comparisons of the same runs."""
     from agentpost.stats.paired import ArmMeta, ProtocolError, compare
 
     checks = []
@@ -151,9 +152,13 @@ def no_harm(comparison, group, reference: Reference, declared_on: dict | None = 
     if metric != comparison.metric:  # read with the direction, margin and bounds declared for that metric
         if metric not in (declared_on or {}):
             return [Check("no harm", "missing", f"no comparison is declared on {metric}, which the check reads")]
-        comparison = declared_on[metric]  # type: ignore[index]  # checked just above
+        comparison = declared_on[metric]
+    memo = {} if memo is None else memo
     for arm in arms:
         if arm not in reference.trained:
+            continue
+        if (arm, metric) in memo:
+            checks.append(memo[(arm, metric)])
             continue
         if reference.arm is not None:
             ref_name = reference.arm
@@ -168,12 +173,13 @@ def no_harm(comparison, group, reference: Reference, declared_on: dict | None = 
                     )
             shared = comparison.shared_items
         else:
-            ref_name = reference.scalar.format(metric=metric)  # type: ignore[union-attr]  # a reference without outcomes names a scalar
+            ref_name = reference.scalar.format(metric=metric)
             ref, mine = _scalar(group, ref_name), _arm_seed_means(group, metric).get(arm, {})
             pairs = {s: ({"mean": ref[s]}, {"mean": mine[s]}) for s in sorted(set(ref) & set(mine))}
             shared = False  # one number per seed: the test is the paired t over seeds
         if len(pairs) < 3:
             checks.append(Check("no harm", "missing", f"{ref_name} is not recorded beside {arm} at 3 or more seeds"))
+            memo[(arm, metric)] = checks[-1]
             continue
         meta = ArmMeta("starting point", "same data", 0)
         kwargs = {"bounds": comparison.bounds} if comparison.bounds is not None and shared else {}
@@ -192,6 +198,7 @@ def no_harm(comparison, group, reference: Reference, declared_on: dict | None = 
             )
         except ProtocolError as err:
             checks.append(Check("no harm", "missing", f"{arm} against {ref_name}: {err}"))
+            memo[(arm, metric)] = checks[-1]
             continue
         worse = result.direction == "worse"
         checks.append(
@@ -203,6 +210,7 @@ def no_harm(comparison, group, reference: Reference, declared_on: dict | None = 
                 + (f"; training left {arm} below its starting point" if worse else ""),
             )
         )
+        memo[(arm, metric)] = checks[-1]
     return checks
 
 
@@ -210,7 +218,7 @@ def competence(check: Competence, group) -> Check:
     if check.floor is not None:
         floor, floor_text = check.floor, _fmt(check.floor)
     else:
-        recorded = _scalar(group, check.floor_metric)  # type: ignore[arg-type]  # the declaration gives floor or floor_metric
+        recorded = _scalar(group, check.floor_metric)
         if not recorded:
             return Check("competence", "missing", f"{check.id}: no run records {check.floor_metric}")
         floor = _mean(recorded.values())
@@ -219,7 +227,7 @@ def competence(check: Competence, group) -> Check:
         recorded = _scalar(group, check.metric)
         values = {check.metric: _mean(recorded.values())} if recorded else {}
     else:
-        per_arm = _arm_seed_means(group, check.outcomes)  # type: ignore[arg-type]  # the declaration gives metric or outcomes
+        per_arm = _arm_seed_means(group, check.outcomes)
         values = {f"{arm} {check.outcomes}": _mean(per_arm[arm].values()) for arm in check.arms if arm in per_arm}
         if len(values) < len(check.arms):
             values = {}
@@ -361,14 +369,14 @@ def tuning(comparison, group, knob: Tuning, share: float) -> list[Check]:
     return checks
 
 
-def checks_for(comparison, group, declared: Design, declared_on: dict | None = None) -> list[Check]:
+def checks_for(comparison, group, declared: Design, declared_on: dict | None = None, memo=None) -> list[Check]:
     """Every design check of one comparison over the runs of its counted configuration (``declared_on``: the
     chapter's comparisons by metric, for a no-harm check read on another metric)."""
     if not group:
         return []
     out = []
     if declared.reference is not None:
-        out += no_harm(comparison, group, declared.reference, declared_on)
+        out += no_harm(comparison, group, declared.reference, declared_on, memo)
     out += [competence(c, group) for c in declared.competence]
     out += headroom(comparison, group)
     for knob in declared.tuning:
@@ -380,11 +388,12 @@ def checks_for(comparison, group, declared: Design, declared_on: dict | None = N
 def attach(chapter_id: str, computed: list, group) -> None:
     """Fill ``checks`` of each :class:`~agentpost.evidence.comparisons.Computed` (in place)."""
     declared = design(chapter_id)
-    by_metric = {}  # type: ignore[var-annotated]
+    by_metric = {}
     for c in computed:
         by_metric.setdefault(c.comparison.metric, c.comparison)
+    memo: dict = {}
     for c in computed:
-        c.checks = checks_for(c.comparison, group, declared, by_metric)
+        c.checks = checks_for(c.comparison, group, declared, by_metric, memo)
 
 
 def failed(checks: list[Check]) -> list[Check]:
@@ -400,3 +409,27 @@ def summary(checks: list[Check]) -> str:
         return "design ok"
     kinds = list(dict.fromkeys(f"{c.kind}{' (missing)' if c.status == 'missing' else ''}" for c in bad))
     return "design check failed: " + ", ".join(kinds)
+
+
+def design_section(computed: list) -> list[str]:
+    """The page section listing each comparison's design checks (a failed one says why, in the run's terms)."""
+    from agentpost.evidence.escape import escape_cell
+
+    rows = [c for c in computed if c.checks]
+    if not rows:
+        return []
+    lines = [
+        "",
+        "#### Design checks",
+        "",
+        "Can each comparison answer its question? No harm (each trained arm against its starting point), "
+        "competence (the model can do the task), headroom (the arms can differ by more than the margin; the "
+        "baseline is off the floor and below the ceiling), tuning (no pick at a grid edge at more than "
+        "a third of seeds, picks resting on enough successes, equal budgets) and identity (the two arms are not "
+        "one run). A headline whose checks fail keeps its claim at *mechanism* in the ledger.",
+        "",
+    ]
+    for c in rows:
+        lines.append(f"- `{c.comparison.id}`: **{summary(c.checks)}**")
+        lines += [f"  - {escape_cell(check.line())}" for check in c.checks if not check.ok]
+    return lines
