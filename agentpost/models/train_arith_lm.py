@@ -38,10 +38,9 @@ import torch.nn.functional as F
 
 from agentpost.data import files_read
 from agentpost.data.gsm8k import arithmetic_split
-from agentpost.record.environment import package_versions
-from agentpost.record.hashing import sha256_file
 from agentpost.models import arith_lm as A
 from agentpost.models.schedules import warmup_cosine
+from agentpost.models.receipt import write_model_receipt
 from agentpost.models.trainer import save_checkpoint
 
 
@@ -201,17 +200,18 @@ def train(
     for s in ("validation", "test"):
         exprs = splits[s][: hp.eval_items] if hp.eval_items else splits[s]
         ev[s] = evaluate(model, tok, exprs, hp.max_new_tokens)
-    receipt = {
-        "artifact": "gsm8k-arith-lm: Qwen3-architecture causal LM (GQA), character-level tokenizer, pretrained from "
+    return write_model_receipt(
+        out_dir,
+        artifact="gsm8k-arith-lm: Qwen3-architecture causal LM (GQA), character-level tokenizer, pretrained from "
         "scratch on GSM8K-derived arithmetic (train-split calculator annotations; synthetic response "
         "format over real expressions)",
-        "script": "agentpost/models/train_arith_lm.py",
-        "command": " ".join(
+        script="agentpost/models/train_arith_lm.py",
+        command=" ".join(
             ["python -m agentpost.models.train_arith_lm"]
             + ([f"--init {init}"] if init else [])
             + [f"--{k.replace('_', '-')} {v}" for k, v in asdict(hp).items() if v != getattr(Hyper, k)]
         ),
-        "formats": {
+        formats={
             "student_prompt": A.student_prompt(splits["train"][0]),
             "teacher_prompt_assistant": A.teacher_prompt(splits["train"][0], "assistant"),
             "teacher_prompt_user": A.teacher_prompt(splits["train"][0], "user"),
@@ -219,45 +219,29 @@ def train(
             "responses": {s: A.response(splits["train"][0], s, wrong="23") for s in A.STYLES},
             "end_of_response": "<eos>",
         },
-        "task": {
+        task={
             "splits": {s: len(v) for s, v in splits.items()},
             "max_digits": 3,
             "validation_percent": 10,
             "test_excludes_train_expressions": True,
             "trained_on": "train only",
         },
-        "data": {k: sha256_file(p) for k, p in sorted(files_read().items())},
-        "hyperparameters": asdict(hp),
-        "architecture": {
-            k: getattr(cfg, k)
-            for k in (
-                "vocab_size",
-                "hidden_size",
-                "intermediate_size",
-                "num_hidden_layers",
-                "num_attention_heads",
-                "num_key_value_heads",
-                "head_dim",
-                "max_position_embeddings",
-                "tie_word_embeddings",
-            )
-        },
-        "parameters": n_params,
-        "previous_phases": previous,
-        "tokens_seen": tokens,
-        "final_train_loss": float(np.mean(losses[-hp.log_every :])),
-        "evaluation_greedy": ev,
-        "wall_s": {
+        data=files_read(),
+        config=cfg,
+        hyperparameters=asdict(hp),
+        parameters=n_params,
+        previous_phases=previous,
+        tokens_seen=tokens,
+        final_train_loss=float(np.mean(losses[-hp.log_every :])),
+        evaluation_greedy=ev,
+        wall_s={
             "train": round(train_s, 1),
             "eval": round(time.time() - t_ev, 1),
             "total": round(time.time() - t0, 1),
         },
-        "device": f"cpu ({hp.threads} threads)" if device == "cpu" else device,
-        "checkpoint": checkpoint,
-        "versions": package_versions(),
-    }
-    (out_dir / "receipt.json").write_text(json.dumps(receipt, indent=2) + "\n")
-    return receipt
+        device=f"cpu ({hp.threads} threads)" if device == "cpu" else device,
+        checkpoint=checkpoint,
+    )
 
 
 def main(argv: list[str] | None = None) -> dict:

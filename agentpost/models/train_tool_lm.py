@@ -39,9 +39,9 @@ import torch
 from agentpost.data.tool_traces import SPLIT_GROUPS, TRACE_LABEL, build_traces, tokenize_trace
 from agentpost.data import files_read
 from agentpost.data.wikitext2 import read_split, words
-from agentpost.record.environment import package_versions
 from agentpost.record.hashing import sha256_file
 from agentpost.models.lm import DEFAULT_DIR, TRAIN_COMMAND, tool_lm_config
+from agentpost.models.receipt import weights_entry, write_model_receipt
 from agentpost.models.schedules import warmup_cosine
 from agentpost.models.tokenizer import ASSET_DIR as TOKENIZER_DIR
 from agentpost.models.tokenizer import load_tokenizer
@@ -216,50 +216,34 @@ def train(out_dir: Path = DEFAULT_DIR, hp: Hyper = Hyper()) -> dict:
             held_out[name][split] = trace_metrics(model, [tokenize_trace(t, tok) for t in traces])
             log(f"{name} {split} traces {held_out[name][split]}")
     eval_s = time.time() - t_ev
-    receipt = {
-        "artifact": "tool-lm: Qwen3-architecture causal LM with GQA, WikiText-2 pretrained, tool-trace fine-tuned",
-        "script": "agentpost/models/train_tool_lm.py",
-        "command": " ".join(
+    receipt = write_model_receipt(
+        out_dir,
+        artifact="tool-lm: Qwen3-architecture causal LM with GQA, WikiText-2 pretrained, tool-trace fine-tuned",
+        script="agentpost/models/train_tool_lm.py",
+        command=" ".join(
             [TRAIN_COMMAND] + [f"--{k.replace('_', '-')} {v}" for k, v in asdict(hp).items() if v != getattr(Hyper, k)]
         ),
-        "trace_format": TRACE_LABEL,
-        "data": {k: sha256_file(p) for k, p in sorted(files_read().items())},
-        "tokenizer_json_sha256": sha256_file(TOKENIZER_DIR / "tokenizer.json"),
-        "hyperparameters": asdict(hp),
-        "architecture": {
-            k: getattr(config, k)
-            for k in (
-                "vocab_size",
-                "hidden_size",
-                "intermediate_size",
-                "num_hidden_layers",
-                "num_attention_heads",
-                "num_key_value_heads",
-                "head_dim",
-                "max_position_embeddings",
-                "tie_word_embeddings",
-            )
-        },
-        "parameters": n_params,
-        "finetune_stages": [
-            [dict(rounds=r, distractors=d, max_doc_chars=c) for r, d, c in st] for st in FINETUNE_STAGES
-        ],
-        "finetune_traces": n_traces,
-        "steps": {"pretrain": hp.pretrain_steps, "finetune": hp.finetune_steps},
-        "tokens_seen": {"pretrain": hp.pretrain_steps * hp.pretrain_batch * hp.pretrain_len, "finetune": ft_tokens},
-        "wall_s": {
+        trace_format=TRACE_LABEL,
+        data=files_read(),
+        config=config,
+        tokenizer_json_sha256=sha256_file(TOKENIZER_DIR / "tokenizer.json"),
+        hyperparameters=asdict(hp),
+        parameters=n_params,
+        finetune_stages=[[dict(rounds=r, distractors=d, max_doc_chars=c) for r, d, c in st] for st in FINETUNE_STAGES],
+        finetune_traces=n_traces,
+        steps={"pretrain": hp.pretrain_steps, "finetune": hp.finetune_steps},
+        tokens_seen={"pretrain": hp.pretrain_steps * hp.pretrain_batch * hp.pretrain_len, "finetune": ft_tokens},
+        wall_s={
             "pretrain": round(pretrain_s, 1),
             "finetune": round(finetune_s, 1),
             "eval": round(eval_s, 1),
             "total": round(time.time() - t0, 1),
         },
-        "device": f"cpu ({hp.threads} threads)",
-        "wikitext2_perplexity": ppl,
-        "held_out_traces": {"seed": hp.seed, "splits": SPLIT_GROUPS, **held_out},
-        "checkpoint": {"file": weights.name, "bytes": weights.stat().st_size, "sha256": sha256_file(weights)},
-        "versions": package_versions(),
-    }
-    (out_dir / "receipt.json").write_text(json.dumps(receipt, indent=2) + "\n")
+        device=f"cpu ({hp.threads} threads)",
+        wikitext2_perplexity=ppl,
+        held_out_traces={"seed": hp.seed, "splits": SPLIT_GROUPS, **held_out},
+        checkpoint=weights_entry(weights),
+    )
     log(f"saved {weights.stat().st_size / 1e6:.1f} MB to {out_dir.name}/")
     return receipt
 
