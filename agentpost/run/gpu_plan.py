@@ -175,20 +175,7 @@ def _item(path: Path, e, kind: str | None) -> Item:
         dry = (
             None
             if dry_params is None
-            else (
-                "{py}",
-                "-m",
-                "agentpost",
-                "run",
-                "{chapter}",
-                "--profile",
-                "a100",
-                "--seeds",
-                "{seeds}",
-                "--jobs",
-                "{jobs}",
-                *(a for k, v in dry_params.items() for a in ("-p", f"{k}={json.dumps(v)}")),
-            )
+            else (*argv, *(a for k, v in dry_params.items() for a in ("-p", f"{k}={json.dumps(v)}")))
         )
         return Item(
             f"profile-{e['chapter']}",

@@ -19,6 +19,7 @@ from agentpost.run import gpu_plan
 from agentpost.run.gpu_plan import Item, Plan, execute, item_minutes, load_plan, pack, prediction_table
 
 ROOT = project_root()
+sys.path.insert(0, str(ROOT / "benchmarks"))  # gpu_step_costs, the benchmark whose model the predictions use
 
 SETTINGS = {"seeds": [42, 43, 44], "jobs": 3, "contention": 1.5, "overrun": 2.0, "reserve_s": 1, "grace_s": 5}
 
