@@ -50,6 +50,7 @@ QUICK = {
 EXCLUDED = {
     "actkv_launch_count.py": "counts launches behind the actkv GPU prediction (minutes, needs shared data)",
     "kernel_path_spread.py": "re-runs chapters per kernel path (hours); run it by hand with chapter names",
+    "count_baselines.py": "not a timing: the count-model floor the KITE catalogue's competence check cites",
 }
 
 
