@@ -89,7 +89,7 @@ def headroom(comparison, group) -> list[Check]:
     if comparison.a not in means:
         return [Check("headroom", "missing", f"no run records outcomes_{comparison.metric} for {comparison.a}")]
     checks = []
-    low, high = min(means, key=means.get), max(means, key=means.get)
+    low, high = min(means, key=lambda arm: means[arm]), max(means, key=lambda arm: means[arm])
     spread = means[high] - means[low]
     status = "pass" if spread > comparison.min_effect else "fail"
     checks.append(
@@ -150,7 +150,7 @@ def no_harm(comparison, group, reference: Reference, declared_on: dict | None = 
     metric = reference.metric_for(comparison.metric)
     arms = dict.fromkeys((comparison.a, comparison.b))
     if metric != comparison.metric:  # read with the direction, margin and bounds declared for that metric
-        if metric not in (declared_on or {}):
+        if not declared_on or metric not in declared_on:
             return [Check("no harm", "missing", f"no comparison is declared on {metric}, which the check reads")]
         comparison = declared_on[metric]
     memo = {} if memo is None else memo
@@ -173,7 +173,7 @@ def no_harm(comparison, group, reference: Reference, declared_on: dict | None = 
                     )
             shared = comparison.shared_items
         else:
-            ref_name = reference.scalar.format(metric=metric)
+            ref_name = str(reference.scalar).format(metric=metric)
             ref, mine = _scalar(group, ref_name), _arm_seed_means(group, metric).get(arm, {})
             pairs = {s: ({"mean": ref[s]}, {"mean": mine[s]}) for s in sorted(set(ref) & set(mine))}
             shared = False  # one number per seed: the test is the paired t over seeds
@@ -218,7 +218,7 @@ def competence(check: Competence, group) -> Check:
     if check.floor is not None:
         floor, floor_text = check.floor, _fmt(check.floor)
     else:
-        recorded = _scalar(group, check.floor_metric)
+        recorded = _scalar(group, str(check.floor_metric))
         if not recorded:
             return Check("competence", "missing", f"{check.id}: no run records {check.floor_metric}")
         floor = _mean(recorded.values())
@@ -227,7 +227,7 @@ def competence(check: Competence, group) -> Check:
         recorded = _scalar(group, check.metric)
         values = {check.metric: _mean(recorded.values())} if recorded else {}
     else:
-        per_arm = _arm_seed_means(group, check.outcomes)
+        per_arm = _arm_seed_means(group, str(check.outcomes))
         values = {f"{arm} {check.outcomes}": _mean(per_arm[arm].values()) for arm in check.arms if arm in per_arm}
         if len(values) < len(check.arms):
             values = {}
@@ -388,7 +388,7 @@ def checks_for(comparison, group, declared: Design, declared_on: dict | None = N
 def attach(chapter_id: str, computed: list, group) -> None:
     """Fill ``checks`` of each :class:`~agentpost.evidence.comparisons.Computed` (in place)."""
     declared = design(chapter_id)
-    by_metric = {}
+    by_metric: dict = {}
     for c in computed:
         by_metric.setdefault(c.comparison.metric, c.comparison)
     memo: dict = {}

@@ -203,7 +203,7 @@ def typed_numbers(
             covering = {q for q in quotes if _covers(q, lines, blocks, i, m)}
             used |= covering
             if m.re is _SEED_COUNT:
-                ok = value in set(map(float, seed_counts))
+                ok = value in set(map(float, seed_counts or ()))
             else:
                 ok = m.start() in counts or value in declared or (m["unit"] == "%" and value / 100 in declared)
             if not (covering or ok):
@@ -246,8 +246,10 @@ def profiles_with_runs(chapter_id: str, root: Path | None = None) -> dict[str, i
             r = rc.load_raw(run / rc.RECEIPT_NAME)
         except (OSError, ValueError):
             continue
+        seed = r.get("seed")
         if r.get("status") == "ok" and r.get("kind") == "profile" and r.get("chapter") == chapter_id:
-            seeds.setdefault(str(r.get("profile")), set()).add(r.get("seed"))
+            if isinstance(seed, int):
+                seeds.setdefault(str(r.get("profile")), set()).add(seed)
     return {p: len(s) for p, s in sorted(seeds.items())}
 
 
@@ -295,7 +297,9 @@ def not_run_claims(
 def _subject(sentence: str, at: int, profiles: Iterable[str], chapter_id: str) -> tuple[str | None, str | None] | None:
     """``(profile, None)`` or ``(None, GPU plan item)``: what the negation at ``at`` speaks of, the last one named
     before it, else the first named after it; None when the sentence names none."""
-    mentions = [(m.start(), None, m.group(0)) for m in _GPU_ITEM.finditer(sentence)]
+    mentions: list[tuple[int, str | None, str | None]] = [
+        (m.start(), None, m.group(0)) for m in _GPU_ITEM.finditer(sentence)
+    ]
     for p in profiles:
         name = re.escape(p)
         pattern = rf"`{name}`|\b{name} profile\b|params/{re.escape(chapter_id)}/{name}\.yaml"

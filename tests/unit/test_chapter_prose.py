@@ -20,7 +20,7 @@ from agentpost.evidence.prose import (
     typed_numbers,
     unknown_glue_references,
 )
-from agentpost.run.params import load_profile, notebook_defaults
+from agentpost.catalogue.params import load_profile, notebook_defaults
 from tests.unit.test_chapter_contract import glued_names
 
 STARTED = [c for c in chapters() if c.started]
