@@ -215,6 +215,7 @@ def _profile_of(chapter_id: str, profile: str):
 
 def _cmd_compare(args) -> int:
     from agentpost.evidence.comparisons import compute
+    from agentpost.evidence.design_checks import summary as design_summary
 
     _profile_of(args.chapter, args.profile)
     computed = compute(args.chapter, args.profile)
@@ -233,6 +234,11 @@ def _cmd_compare(args) -> int:
             f"{_num(r.get('estimate')):>10} {ci:>22} {_num(r.get('mde'), '.3g'):>8} "
             f"{c.comparison.min_effect:>7.3g} {shape:>13}  {c.verdict}"
         )
+    print("Design checks (agentpost.evidence.design_checks: no harm, competence, headroom, tuning, identity):")
+    for c in computed:
+        print(f"  {c.comparison.id}: {design_summary(c.checks)}")
+        for check in c.checks:
+            print(f"    {check.line()}")
     for c in computed:
         if c.problem:
             print(f"  {c.comparison.id}: not computed: {c.problem}")
