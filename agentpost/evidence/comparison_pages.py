@@ -32,9 +32,15 @@ VERDICT_COLOURS = {
 OTHER_COLOUR = "#542788"
 
 
+def verdict_kind(verdict: str) -> str:
+    """The legend's name of a verdict label: the label itself, but "equivalent, detectably better/worse" is
+    equivalent (inside the margin; the plot's axis label keeps its direction)."""
+    return "equivalent" if verdict.startswith("equivalent") else verdict
+
+
 def verdict_colour(verdict: str) -> str:
     """The forest plot's colour of a verdict label (``better``, ``worse, may be negligible``, ``equivalent``, ...)."""
-    return VERDICT_COLOURS.get(verdict, OTHER_COLOUR)
+    return VERDICT_COLOURS.get(verdict_kind(verdict), OTHER_COLOUR)
 
 
 def _num(x, spec: str = "+.3g") -> str:
@@ -111,7 +117,7 @@ def forest_plot(computed: list[Computed], path: Path, title: str) -> bool:
         r, sign = c.result, 1.0 if c.comparison.higher_is_better else -1.0
         scale = sign / c.comparison.min_effect
         lo, hi = sorted((r["ci_low"] * scale, r["ci_high"] * scale))
-        colour = drawn.setdefault(c.verdict, verdict_colour(c.verdict))
+        colour = drawn.setdefault(verdict_kind(c.verdict), verdict_colour(c.verdict))
         ax.plot([lo, hi], [y, y], color=colour, lw=2)
         ax.plot(r["estimate"] * scale, y, "o", color=colour)
     ax.set_yticks(range(len(rows)), [f"{c.comparison.id} ({c.verdict})" for c in reversed(rows)], fontsize=8)

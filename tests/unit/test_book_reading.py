@@ -69,6 +69,7 @@ def test_comparison_table_keeps_four_columns_and_never_shows_nan():
 def test_better_and_worse_have_their_own_colours_in_the_forest_plot(tmp_path):
     labels = ("better", "worse", "equivalent", "inconclusive")
     assert len({verdict_colour(v) for v in labels}) == 4
+    assert verdict_colour("equivalent, detectably worse") == verdict_colour("equivalent")  # inside the margin
     assert verdict_colour("a label from a newer protocol") not in VERDICT_COLOURS.values()
     rows = [
         _computed("up", _result(0.3, 0.2, 0.4, "better", "matters")),
