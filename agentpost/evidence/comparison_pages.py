@@ -219,7 +219,8 @@ def comparisons_section(
 
 
 def headline_section(computed_all: dict[tuple[str, str], list[Computed]]) -> str:
-    """The ledger's table of every chapter's headline comparisons, per profile, with whether each is conclusive."""
+    """The ledger's table of every chapter's headline comparisons, per profile, with whether each is conclusive and
+    its design checks; five columns, so the verdict stays inside the page's column."""
     rows = [(key, c) for key, cs in sorted(computed_all.items()) for c in cs if c.comparison.headline]
     if not rows:
         return ""
@@ -229,13 +230,13 @@ def headline_section(computed_all: dict[tuple[str, str], list[Computed]]) -> str
         "Each chapter's headline comparisons, computed across its seed runs (details and forest plots on the "
         "evidence pages). *Conclusive* means a difference that matters or practical equivalence.",
         "",
-        "| chapter | profile | comparison | claim | verdict | conclusive | seeds | design |",
-        "|---|---|---|---|---|---|---|---|",
+        "| chapter · profile | comparison (claim) | verdict | conclusive | design |",
+        "|---|---|---|---|---|",
     ]
     for (chapter_id, profile), c in rows:
         verdict = c.verdict if c.result else f"not computed: {escape_cell(c.problem)}"
         lines.append(
-            f"| {chapter_id} | {profile} | `{c.comparison.id}` | {c.comparison.claim} | {verdict} "
-            f"| {'yes' if c.conclusive else 'no'} | {len(c.seeds)} | {design_summary(c.checks)} |"
+            f"| {chapter_id} · {profile}, {len(c.seeds)} seeds | `{c.comparison.id}` ({c.comparison.claim}) "
+            f"| {verdict} | {'yes' if c.conclusive else 'no'} | {design_summary(c.checks)} |"
         )
     return "\n".join(lines) + "\n"
