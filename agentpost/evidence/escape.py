@@ -13,7 +13,8 @@ it is pasted into a page. The result is plain text to CommonMark, MyST and HTML 
 * line breaks and other control characters become spaces, so nothing starts a new block (a fence, a directive,
   a heading); lone surrogates and bidirectional overrides become U+FFFD (they would break the page's encoding or
   make the page read differently from what it says);
-* the text is cut to ``limit`` characters (an ellipsis says so), so one field cannot flood a page.
+* the text is cut to at most ``limit`` characters, after a whole word (an ellipsis says so), so one field cannot
+  flood a page.
 
 Never wrap the result in backticks: inside a code span a backslash is literal. Use :func:`code` for that.
 """
@@ -40,7 +41,10 @@ def _plain(text: object, limit: int) -> str:
     """``text`` as a one-line string of at most ``limit`` characters, without control or bidi characters."""
     s = text if isinstance(text, str) else str(text)
     if len(s) > limit:
-        s = s[: max(limit - 1, 0)] + "…"
+        cut = s[: max(limit - 1, 0)]
+        if not (s[len(cut)].isspace() or cut[-1:].isspace()) and len(cut.split()) > 1:
+            cut = cut.rsplit(None, 1)[0]  # the last word would be cut: leave it out (one long word is cut)
+        s = cut.rstrip() + "…"
     out = []
     for ch in s:
         cat = unicodedata.category(ch)

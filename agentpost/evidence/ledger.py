@@ -32,8 +32,8 @@ from agentpost.evidence.levels import (
 )
 from agentpost.evidence.comparison_pages import comparisons_section, headline_section
 from agentpost.evidence.comparisons import compute, compute_all
+from agentpost.evidence.metrics_summary import metrics_section
 from agentpost.evidence.paired_table import paired_rows
-from agentpost.record.recording import format_value
 from agentpost.evidence.spread import spread_section
 from agentpost.evidence.verdicts import write_verdicts
 from agentpost.project import project_root
@@ -42,15 +42,6 @@ GENERATED = "book/generated"
 
 
 # ---------------------------------------------------------------- pages
-
-
-def _scalar_metrics(group: list[Run]) -> list[str]:
-    names = set()
-    for r in group:
-        names |= {
-            k for k, v in r.receipt["metrics"].items() if isinstance(v, (int, float, str)) and not isinstance(v, bool)
-        }
-    return sorted(names)
 
 
 def ledger_page(rows: list[ClaimStatus]) -> str:
@@ -86,32 +77,6 @@ def ledger_page(rows: list[ClaimStatus]) -> str:
             lines.append(f"| **{row.claim.id}** {text} | **{row.reached}** | {how} |")
         lines += ["", "**Gaps toward a reproduction**", ""] + [f"- {g}" for g in ch.gaps] + [""]
     return "\n".join(lines)
-
-
-def _figure(chapter_id: str, profile: str, group: list[Run], names: list[str], out_dir: Path) -> str | None:
-    numeric = [n for n in names if all(isinstance(r.receipt["metrics"].get(n), (int, float)) for r in group)]
-    if not numeric:
-        return None
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    numeric = numeric[:12]
-    fig, axes = plt.subplots(1, len(numeric), figsize=(2.2 * len(numeric), 2.4), squeeze=False)
-    for ax, name in zip(axes[0], numeric):
-        values = [r.receipt["metrics"][name] for r in group]
-        ax.scatter(range(len(values)), values, color="tab:blue")
-        ax.axhline(sum(values) / len(values), color="tab:gray", lw=1)
-        ax.set_xticks(range(len(values)), [str(r.receipt["seed"]) for r in group], fontsize=7)
-        ax.set_title(name, fontsize=7, parse_math=False)  # a metric's name is text, never mathtext
-        ax.tick_params(labelsize=7)
-    fig.suptitle(f"{chapter_id} · {profile}: recorded metrics per seed (line: mean)", fontsize=8)
-    fig.tight_layout()
-    path = out_dir / f"{chapter_id}-{profile}-metrics.png"
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path.name
 
 
 def _validity(run: Run) -> str:
@@ -185,24 +150,7 @@ def evidence_page(chapter: Chapter, runs, rows: list[ClaimStatus], out_dir: Path
                 f"| {escape_cell(str(rec['device'].get('kind')) + ': ' + str(rec['device'].get('name')))} "
                 f"| {_download(r, rc.RECEIPT_NAME)} | {_download(r, run_store.notebook_path(r.path).name)} |"
             )
-        names = _scalar_metrics(group)
-        if names:
-            lines += [
-                "",
-                "### Recorded metrics across seeds",
-                "",
-                "| metric | " + " | ".join(f"seed {r.receipt['seed']}" for r in group) + " |",
-                "|---|" + "---|" * len(group),
-            ]
-            for n in names:
-                lines.append(
-                    f"| {code(n)} | "
-                    + " | ".join(escape_cell(format_value(r.receipt["metrics"].get(n, ""))) for r in group)
-                    + " |"
-                )
-            fig = _figure(chapter.id, profile, group, names, out_dir)
-            if fig:
-                lines += ["", f"![recorded metrics per seed]({fig})"]
+        lines += metrics_section(chapter.id, profile, [r.receipt for r in group], out_dir)
         wall = statistics.median(r.receipt["timing"]["wall_s"] for r in group) if group else None
         lines += comparisons_section(
             chapter.id, profile, (computed or {}).get((chapter.id, profile), []), out_dir, wall

@@ -1,4 +1,8 @@
-"""Re-execute a chapter notebook in place with its own defaults (the smoke profile), for the committed outputs."""
+"""Re-execute a chapter notebook in place with its own defaults (the smoke profile), for the committed outputs.
+
+The committed outputs keep what a reader needs: progress bars are left out of the cells' stderr
+(:func:`agentpost.book.pages.without_progress_bars`), the rest of the stream stays.
+"""
 
 from __future__ import annotations
 
@@ -6,9 +10,23 @@ import time
 
 import nbformat
 
+from agentpost.book.pages import without_progress_bars
 from agentpost.evidence.receipt import write_atomic
 from agentpost.run.execute import execute_papermill, sanitize_notebook
 from agentpost.run.params import started_chapter
+
+
+def drop_progress_bars(outputs: list) -> list:
+    """A cell's outputs with progress bars left out of its stderr streams (a stream left empty is dropped)."""
+    kept = []
+    for out in outputs:
+        if out.get("output_type") == "stream" and out.get("name") == "stderr":
+            text = without_progress_bars("".join(out.get("text", "")))
+            if not text:
+                continue
+            out = {**out, "text": text}
+        kept.append(out)
+    return kept
 
 
 def refresh_notebook(chapter_id: str) -> float:
@@ -25,6 +43,8 @@ def refresh_notebook(chapter_id: str) -> float:
         for cell in nb["cells"]:
             cell.get("metadata", {}).pop("papermill", None)
             cell.get("metadata", {}).pop("execution", None)
+            if "outputs" in cell:
+                cell["outputs"] = drop_progress_bars(cell["outputs"])
         write_atomic(chapter.notebook, nbformat.writes(nbformat.from_dict(nb)) + "\n")
     finally:
         tmp.unlink(missing_ok=True)

@@ -114,6 +114,15 @@ def test_escape_caps_length_and_survives_non_strings():
     escape_md("\ud800").encode("utf-8")  # a lone surrogate no longer breaks writing the page
 
 
+def test_a_cut_text_ends_after_a_whole_word():
+    note = "re-certified on 2026-12-07 by seeds 42, 43"
+    assert escape_cell(note, limit=20) == "re-certified on…"  # not "re-certified on 202…"
+    assert escape_cell(note, limit=17) == "re-certified on…"  # the cut falls on the space after "on"
+    assert escape_cell("one two three", limit=9) == "one two…"
+    assert escape_cell("x" * 30, limit=10) == "x" * 9 + "…"  # one long word: cut where it must be
+    assert escape_cell("short text", limit=10) == "short text"
+
+
 @pytest.mark.parametrize("text", ["plain", "with `tick`", "``double``", "`", "a|b", "<script>"])
 def test_code_span_holds_text_literally(text):
     md = _md()

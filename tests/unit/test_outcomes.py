@@ -238,7 +238,7 @@ def test_comparisons_section_draws_a_forest_plot(tmp_path):
     text = "\n".join(lines)
     assert (tmp_path / "x-smoke-forest.png").stat().st_size > 1000
     assert "`b_vs_a` ★" in text and "not computed: seed 1: outcomes\\_acc has no arm c" in text
-    assert "| x | smoke | `b_vs_a` | C1 |" in headline_section({("x", "smoke"): computed})
+    assert "| x · smoke, 3 seeds | `b_vs_a` (C1) |" in headline_section({("x", "smoke"): computed})
 
 
 def test_verdicts_notebook_glues_values_prose_can_cite(tmp_path):
