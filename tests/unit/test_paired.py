@@ -316,16 +316,59 @@ def test_items_are_paired_by_id():
 
 
 @pytest.mark.claim("paired-protocol", "C1")
-def test_unequal_items_per_seed_are_weighted_by_item_count():
+def test_unequal_items_per_seed_count_each_seed_once():
     # differences: seed 1 (1, 1, 1, 1) mean 1, seed 2 (0, 0) mean 0, seed 3 (2, 2) mean 2; 8 items.
     a = {1: [0.0] * 4, 2: [0.0] * 2, 3: [0.0] * 2}
     b = {1: [1.0] * 4, 2: [0.0] * 2, 3: [2.0] * 2}
     r = run(a, b, higher_is_better=True)
-    # weights (0.5, 0.25, 0.25): estimate = 0.5 + 0 + 0.5 = 1; CR1 se^2 = 3/2 (0.25 * 0 + 0.0625 * 1 + 0.0625 * 1)
-    assert r.estimate == pytest.approx(1.0) and r.se == pytest.approx(math.sqrt(1.5 * 0.125)) and r.df == 2
-    assert r.n_items == 8 and "weighted by item count" in r.method
+    # seed means (1, 0, 2): estimate 1, sd 1, se 1/sqrt(3), df 2 -- the t test on seed means, whatever the counts
+    assert r.estimate == pytest.approx(1.0) and r.se == pytest.approx(1 / math.sqrt(3)) and r.df == 2
+    assert r.n_items == 8 and "2-4 items and count equally" in r.method
     equal = run({1: [0.0] * 2, 2: [0.0] * 2, 3: [0.0] * 2}, {1: [1.0] * 2, 2: [0.0] * 2, 3: [2.0] * 2})
-    assert equal.se == pytest.approx(stats.sem([1.0, 0.0, 2.0])) and "weighted" not in equal.method
+    assert equal.se == pytest.approx(stats.sem([1.0, 0.0, 2.0])) and "count equally" not in equal.method
+
+
+@pytest.mark.parametrize(
+    "kwargs, culprit",
+    [
+        ({"n_boot": 0}, "n_boot"),
+        ({"n_boot": -5}, "n_boot"),
+        ({"n_boot": 2.5}, "n_boot"),
+        ({"n_boot": True}, "n_boot"),
+        ({"rng": "x"}, "rng"),
+        ({"rng": -1}, "rng"),
+    ],
+)
+def test_bad_bootstrap_settings_are_protocol_errors(kwargs, culprit):
+    with pytest.raises(ProtocolError, match=culprit):
+        run(TOY_A, TOY_B, **kwargs)
+
+
+def test_seed_keys_that_collide_as_text_are_refused():
+    a = {1: [0.0, 1.0], "1": [0.0, 1.0], 2: [1.0, 1.0], 3: [0.0, 0.0]}
+    with pytest.raises(ProtocolError, match="collide"):
+        run(a, {k: [1.0, 1.0] for k in a})
+
+
+@pytest.mark.parametrize("scale", [1e-300, 1e-160, 1e160, 1e300])
+def test_extreme_scales_give_the_unit_scale_result_scaled(scale):
+    """Differences near 1e-300 neither underflow to a zero SE nor, near 1e300, overflow to an infinite CI: the result
+    is the unit-scale result times the scale (to rounding)."""
+    a = {s: [0.0, 0.0, 0.0] for s in range(3)}
+    b = {0: [1.0, 1.2, 0.9], 1: [0.5, 0.4, 0.7], 2: [1.3, 1.1, 1.6]}
+    unit = run(a, b, min_effect=0.4)
+    scaled = run(a, {s: [v * scale for v in x] for s, x in b.items()}, min_effect=0.4 * scale)
+    assert scaled.se > 0 and math.isfinite(scaled.ci_low) and math.isfinite(scaled.ci_high)
+    for name in ("estimate", "se", "ci_low", "ci_high", "mde"):
+        assert getattr(scaled, name) == pytest.approx(getattr(unit, name) * scale, rel=1e-12), name
+    assert scaled.verdict_class == unit.verdict_class and scaled.p_value == pytest.approx(unit.p_value)
+    squared = unit.variance_components["item"] * scale * scale  # inf beyond the largest float (1e160 squared)
+    assert scaled.variance_components["item"] == pytest.approx(squared, rel=1e-12)
+
+
+def test_differences_that_overflow_are_refused():
+    with pytest.raises(ProtocolError, match="overflow"):
+        run({s: [-1e308, 0.0] for s in range(3)}, {s: [1e308, 0.0] for s in range(3)})
 
 
 def test_large_inputs_bootstrap_in_bounded_memory():
