@@ -355,3 +355,99 @@ def bounded_power(
                 }
             )
     return pd.DataFrame(rows)
+
+
+@dataclass(frozen=True)
+class PlannerCase:
+    """A design a 3-seed pilot is planned from: a :class:`Design` (or, with ``base_rate``, 0/1 outcomes at that rate
+    moved up by the effect, crossed or nested) and the margin the plan must reach."""
+
+    name: str
+    design: Design
+    margin: float
+    base_rate: float | None = None
+
+
+#: The four designs of issue 46 whose first-listed planned design was underpowered from a 3-seed pilot.
+PLANNER_CASES = (
+    PlannerCase(
+        "crossed 3x30", Design("crossed", 3, 30, seed_sd=0.1, item_sd=0.5, noise_sd=0.5, shared_items=True), 0.25
+    ),
+    PlannerCase("nested 3x20", Design("nested", 3, 20, seed_sd=0.2), 0.3),
+    PlannerCase("seed-dominated", Design("seed-dominated", 3, 30, seed_sd=0.4, noise_sd=0.5), 0.5),
+    PlannerCase("0/1 at 0.3", Design("0/1", 3, 30, shared_items=True), 0.1, base_rate=0.3),
+)
+
+
+def _case_draw(case: PlannerCase, n_sets: int, seeds: int, items: int, effect: float, rng: np.random.Generator):
+    """``(differences, baseline arm)`` of ``n_sets`` data sets, shape ``(n_sets, seeds, items)`` each."""
+    d = case.design
+    if case.base_rate is None:
+        shaped = Design(d.name, seeds, items, d.seed_sd, d.item_sd, d.noise_sd, d.shared_items, d.heavy_tails)
+        return simulate(shaped, n_sets, effect, rng), None
+    shape = (n_sets, seeds, items)
+    a = (rng.random(shape) < case.base_rate).astype(np.float64)
+    b = (rng.random(shape) < case.base_rate + effect).astype(np.float64)
+    return b - a, a
+
+
+def planner_power(
+    cases=PLANNER_CASES, *, n_pilots: int = 200, n_sets: int = 400, seed: int = 0, seed_upper: float | None = None
+):
+    """Simulated power, at the true margin, of the first design :func:`agentpost.stats.plan` lists from each of
+    ``n_pilots`` 3-seed pilots (components from :func:`~agentpost.stats.paired.variance_components`, as ``compare``
+    reports them; 0/1 outcomes planned with their bounds). Returns a DataFrame per case: ``mean_power`` over pilots,
+    ``share_below_0.7``, the median first design and ``no_design`` (pilots whose plan listed none up to 40 seeds)."""
+    import pandas as pd
+
+    from agentpost.stats.paired import variance_components
+    from agentpost.stats.planner import SEED_PLAN_UPPER_CONFIDENCE, plan
+
+    level = SEED_PLAN_UPPER_CONFIDENCE if seed_upper is None else seed_upper
+    rows = []
+    for i, case in enumerate(cases):
+        rng = np.random.default_rng([seed, i, 46])
+        s0, n0, shared = case.design.n_seeds, case.design.n_items, case.design.shared_items
+        pilots, base = _case_draw(case, n_pilots, s0, n0, 0.0, rng)
+        width = None if case.base_rate is None else 1.0
+        powers, firsts, missing, cache = [], [], 0, {}
+        for k in range(n_pilots):
+            comps = variance_components(list(pilots[k]), shared and n0 > 1)
+            bounded = (
+                None
+                if width is None
+                else {"width": 1.0, "observed": float(pilots[k].mean()), "base": float(base[k].mean())}
+            )
+            p = plan(
+                comps,
+                design="crossed" if shared else "independent",
+                min_effect=case.margin,
+                seeds=range(3, 41),
+                pilot=(s0, n0),
+                bounded=bounded,
+                seed_upper=level,
+            )
+            if not p.designs:
+                missing += 1
+                continue
+            first = (p.designs[0]["seeds"], p.designs[0]["items"])
+            if first not in cache:
+                d, _ = _case_draw(case, n_sets, *first, case.margin, rng)
+                lo, hi, _ = v2_test(d, shared, width=width)
+                cache[first] = float(np.mean((lo > 0) | (hi < 0)))
+            powers.append(cache[first])
+            firsts.append(first)
+        powers = np.array(powers)
+        rows.append(
+            {
+                "case": case.name,
+                "seed_upper": level,
+                "mean_power": float(powers.mean()) if powers.size else float("nan"),
+                "share_below_0.7": float(np.mean(powers < 0.7)) if powers.size else float("nan"),
+                "median_seeds": float(np.median([f[0] for f in firsts])) if firsts else float("nan"),
+                "median_items": float(np.median([f[1] for f in firsts])) if firsts else float("nan"),
+                "no_design": missing / n_pilots,
+                "n_pilots": n_pilots,
+            }
+        )
+    return pd.DataFrame(rows)
