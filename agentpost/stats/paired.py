@@ -442,17 +442,17 @@ def seed_component(ms_seed, ms_within, n_items: float, n_seeds: int, *, level: f
 
 @dataclass(frozen=True)
 class Bounded:
-    """What the MDE of bounded outcomes needs besides the standard error: the ``observed`` difference, the outcome
-    range's ``width``, the number of paired cells ``n_cells`` and, for an effect that varies by seed, the baseline
+    """What the MDE of bounded outcomes needs besides the standard error: the ``observed`` difference (signed: positive
+    when it moves away from the baseline's nearer bound), the outcome range's ``width``, the number of paired cells ``n_cells`` and, for an effect that varies by seed, the baseline
     arm's mean ``base`` (distance from its nearer bound, in the outcome's units), the seed variance component of the
     differences ``seed_var`` (:func:`seed_component`) and ``n_seeds``.
 
     :meth:`extra` is the variance a true difference adds beyond the observed one: the Bernoulli part
     (:func:`bounded_extra_variance`) plus the seed part. With a logit-scale arm x seed effect of variance ``tau^2``
     the seed variance of a difference between arms at rates ``p_a``, ``p_b`` is ``tau^2 (h(p_a)^2 + h(p_b)^2)``,
-    ``h(p) = p (1 - p)`` (delta method); ``tau^2`` is read off the observed ``seed_var`` at the observed rates and the
-    seed part is ``max(0, tau^2 (h(p_a)^2 + h(p_a + |effect|)^2) - seed_var) / S`` (rates as fractions of ``width``
-    from the nearer bound, moved towards the middle, ``p_a`` at least half a cell)."""
+    ``h(p) = p (1 - p)`` (delta method); ``tau^2`` is read off the observed ``seed_var`` at the observed rates
+    ``p_a``, ``p_a + observed`` and the seed part is ``max(0, tau^2 (h(p_a)^2 + h(p_a + |effect|)^2) - seed_var) / S``
+    (rates as fractions of ``width`` from the nearer bound, kept in [half a cell, 1/2])."""
 
     observed: float
     width: float
@@ -465,14 +465,15 @@ class Bounded:
         out = bounded_extra_variance(effect, self.observed, self.width, self.n_cells)
         if self.base is None or not self.seed_var > 0:
             return out
-        p_a = min(max(self.base / self.width, 0.5 / (self.n_cells + 1)), 0.5)
+        least = 0.5 / (self.n_cells + 1)
+        p_a = min(max(self.base / self.width, least), 0.5)
 
         def h2(shift):
-            p = np.minimum(p_a + np.abs(shift) / self.width, 0.5)
+            p = np.clip(p_a + shift / self.width, least, 0.5)
             return (p * (1 - p)) ** 2
 
         tau2 = self.seed_var / (h2(0.0) + h2(self.observed))
-        return out + np.maximum(0.0, tau2 * (h2(0.0) + h2(effect)) - self.seed_var) / self.n_seeds
+        return out + np.maximum(0.0, tau2 * (h2(0.0) + h2(np.abs(effect))) - self.seed_var) / self.n_seeds
 
 
 def minimum_detectable_effect(
@@ -569,8 +570,9 @@ def _bounded(arms, bounds, scale: float, est: float, per_seed, crossed: bool) ->
         ss = sum(((x - x.mean()) ** 2).sum() for x in per_seed)
         ms_within = ss / (sizes - 1).sum() if (sizes > 1).any() else 0.0
     seed_var = float(seed_component(ms_seed, ms_within, n, len(per_seed), level=SEED_MDE_QUANTILE))
+    near_low = mean_a - bounds[0] <= bounds[1] - mean_a
     return Bounded(
-        observed=est,
+        observed=est if near_low else -est,
         width=(bounds[1] - bounds[0]) / scale,
         n_cells=float(sum(x.size for x in per_seed)),
         base=min(mean_a - bounds[0], bounds[1] - mean_a) / scale,
