@@ -94,6 +94,21 @@ def minutes(wall_s: float | None, seeds: int, items: int, pilot_items: int) -> t
     return seeds * wall_s / 60, seeds * wall_s * max(1.0, items / pilot_items) / 60
 
 
+def _why(p) -> str:
+    """Why no design reaches the target: the shared items' variance when even 10^6 seeds at the most items fall short,
+    else the seeds."""
+    from agentpost.stats.planner import predict
+
+    if p.max_items and p.design == "crossed":
+        limit = predict(p.assumed, 10**6, p.max_items, design=p.design, alpha=p.alpha, power=p.power)["mde"]
+        if limit > p.min_effect:
+            return (
+                f"the shared items' variance alone keeps the MDE at {limit:.3g} with all {p.max_items} items, however "
+                "many seeds (more items would be needed)"
+            )
+    return "raise --max-seeds, or, where the seed variance dominates, reduce it (e.g. train longer)"
+
+
 def render(rows: list[PlanRow], chapter_id: str, profile: str, *, show: int = 4) -> str:
     """Plain-text report: per comparison, the pilot's MDE and the smallest designs that reach the target."""
     out = [
@@ -129,8 +144,7 @@ def render(rows: list[PlanRow], chapter_id: str, profile: str, *, show: int = 4)
         )
         if not row.plan.designs:
             out.append(
-                "    no design up to --max-seeds seeds x the items that exist reaches the target: raise --max-seeds, "
-                "or, where the seed variance dominates, reduce it (e.g. train longer)"
+                f"    no design up to --max-seeds seeds x the items that exist reaches the target: {_why(row.plan)}"
             )
             continue
         for d in row.plan.designs[:show]:
