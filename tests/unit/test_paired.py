@@ -15,6 +15,7 @@ from agentpost.stats import CONCLUSIVE, VERDICT_CLASSES
 from agentpost.stats.paired import (
     DF_FLOOR,
     ArmMeta,
+    Bounded,
     ProtocolError,
     Split,
     bounded_floor,
@@ -23,7 +24,9 @@ from agentpost.stats.paired import (
     crossed_t,
     crossed_variance_df,
     mde_multiplier,
+    minimum_detectable_effect,
     power,
+    seed_component,
     select_on_validation,
     verdict_class,
 )
@@ -472,3 +475,31 @@ def test_result_round_trips_as_dict_and_summary():
     for key in ("verdict_class", "direction", "ci90_low", "ci90_high", "bounds", "se", "df", "p_value", "power"):
         assert key in d
     assert "B - A: -1" in r.summary() and "-> inconclusive [inconclusive]" in r.summary()
+
+
+@pytest.mark.claim("paired-protocol", "C1")
+def test_seed_component_by_hand():
+    # median-unbiased: MS_seed 0.5 (2 df) -> 0.5 * 2 / chi2_{0.5, 2} = 1 / (2 ln 2) = 0.721348; (0.721348 - 0.3) / 10
+    assert seed_component(0.5, 0.3, 10, 3, level=0.5) == pytest.approx((1 / (2 * math.log(2)) - 0.3) / 10)
+    assert seed_component(0.5, 0.3, 10, 3, level=0.5) == pytest.approx(0.0421348, abs=1e-7)
+    assert seed_component(0.1, 0.3, 10, 3, level=0.5) == 0.0  # truncated at 0
+
+
+@pytest.mark.claim("paired-protocol", "C1")
+def test_bounded_extra_variance_of_an_effect_that_varies_by_seed_by_hand():
+    """0/1 outcomes at a floor of 0.02, 3 seeds x 200 items, seed variance 0.0004 of the differences, no observed
+    difference. At a true effect of 0.05: Bernoulli part (0.05 * 0.95 - 0) / 600 = 7.9167e-5; seed part: tau^2 =
+    0.0004 / (2 h(0.02)^2) = 0.0004 / (2 * 0.0196^2) = 0.520616, and (tau^2 (h(0.02)^2 + h(0.07)^2) - 0.0004) / 3 =
+    (0.520616 * (0.00038416 + 0.0651^2) - 0.0004) / 3 = 6.6879e-4."""
+    b = Bounded(observed=0.0, width=1.0, n_cells=600, base=0.02, seed_var=0.0004, n_seeds=3)
+    tau2 = 0.0004 / (2 * 0.0196**2)
+    seed_part = (tau2 * (0.0196**2 + 0.0651**2) - 0.0004) / 3
+    assert tau2 == pytest.approx(0.520616, abs=1e-6) and seed_part == pytest.approx(6.6879e-4, rel=1e-4)
+    assert float(b.extra(0.05)) == pytest.approx(0.0475 / 600 + seed_part)
+    # without a seed component it is the Bernoulli part alone, and the MDE grows with the seed part
+    plain = Bounded(observed=0.0, width=1.0, n_cells=600, base=0.02)
+    assert float(plain.extra(0.05)) == pytest.approx(0.0475 / 600)
+    se, df = 0.01, 2.0
+    assert minimum_detectable_effect(se, df, bounded=b) > minimum_detectable_effect(se, df, bounded=plain)
+    mde = minimum_detectable_effect(se, df, bounded=b)  # the root of D = k sqrt(se^2 + extra(D))
+    assert mde == pytest.approx(mde_multiplier(df) * math.sqrt(se**2 + float(b.extra(mde))), rel=1e-9)
