@@ -451,8 +451,10 @@ class Bounded:
     (:func:`bounded_extra_variance`) plus the seed part. With a logit-scale arm x seed effect of variance ``tau^2``
     the seed variance of a difference between arms at rates ``p_a``, ``p_b`` is ``tau^2 (h(p_a)^2 + h(p_b)^2)``,
     ``h(p) = p (1 - p)`` (delta method); ``tau^2`` is read off the observed ``seed_var`` at the observed rates
-    ``p_a``, ``p_a + observed`` and the seed part is ``max(0, tau^2 (h(p_a)^2 + h(p_a + |effect|)^2) - seed_var) / S``
-    (rates as fractions of ``width`` from the nearer bound, kept in [half a cell, 1/2])."""
+    ``p_a``, ``p_a + observed`` and the seed part is ``max(0, v(p_a) + v(p_a + |effect|) - seed_var) / S`` with
+    ``v(p) = min(tau^2 h(p)^2, h(p))``: no rate with mean ``p`` varies more than ``p (1 - p)``, which bounds the
+    delta method where ``tau`` is large (rates as fractions of ``width`` from the nearer bound, kept in [half a cell,
+    1/2]; variances in units of ``width^2``)."""
 
     observed: float
     width: float
@@ -468,12 +470,14 @@ class Bounded:
         least = 0.5 / (self.n_cells + 1)
         p_a = min(max(self.base / self.width, least), 0.5)
 
-        def h2(shift):
+        def h(shift):
             p = np.clip(p_a + shift / self.width, least, 0.5)
-            return (p * (1 - p)) ** 2
+            return p * (1 - p)
 
-        tau2 = self.seed_var / (h2(0.0) + h2(self.observed))
-        return out + np.maximum(0.0, tau2 * (h2(0.0) + h2(np.abs(effect))) - self.seed_var) / self.n_seeds
+        w2 = self.width**2
+        tau2 = self.seed_var / w2 / (h(0.0) ** 2 + h(self.observed) ** 2)
+        spread = sum(np.minimum(tau2 * h(x) ** 2, h(x)) for x in (0.0, np.abs(effect)))
+        return out + np.maximum(0.0, w2 * spread - self.seed_var) / self.n_seeds
 
 
 def minimum_detectable_effect(

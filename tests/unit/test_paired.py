@@ -503,3 +503,10 @@ def test_bounded_extra_variance_of_an_effect_that_varies_by_seed_by_hand():
     assert minimum_detectable_effect(se, df, bounded=b) > minimum_detectable_effect(se, df, bounded=plain)
     mde = minimum_detectable_effect(se, df, bounded=b)  # the root of D = k sqrt(se^2 + extra(D))
     assert mde == pytest.approx(mde_multiplier(df) * math.sqrt(se**2 + float(b.extra(mde))), rel=1e-9)
+    # a seed variance far beyond what a rate near 0.02 can carry: each arm's term is capped at p (1 - p), so at 0.05
+    # the seed part is (0.0196 + 0.0651 - 0.05) / 3 (tau^2 = 65.08: 0.025 and 0.276 uncapped); on outcomes in
+    # [0, 10] the same in units of width^2 = 100
+    wild = Bounded(observed=0.0, width=1.0, n_cells=600, base=0.02, seed_var=0.05, n_seeds=3)
+    assert float(wild.extra(0.05)) == pytest.approx(0.0475 / 600 + (0.0196 + 0.0651 - 0.05) / 3)
+    wide = Bounded(observed=0.0, width=10.0, n_cells=600, base=0.2, seed_var=5.0, n_seeds=3)
+    assert float(wide.extra(0.5)) == pytest.approx(100 * float(wild.extra(0.05)))
