@@ -454,7 +454,9 @@ class Bounded:
     ``p_a``, ``p_a + observed`` and the seed part is ``max(0, v(p_a) + v(p_a + |effect|) - seed_var) / S`` with
     ``v(p) = min(tau^2 h(p)^2, h(p))``: no rate with mean ``p`` varies more than ``p (1 - p)``, which bounds the
     delta method where ``tau`` is large (rates as fractions of ``width`` from the nearer bound, kept in [half a cell,
-    1/2]; variances in units of ``width^2``)."""
+    1/2]; variances in units of ``width^2``). The delta method is kept on purpose: with the exact logit-normal
+    variance (Gauss-Hermite) the detection at the median MDE fell to 0.69-0.79 on the arm x seed designs, since a
+    3-seed pilot's t standard error is itself low in the median; the delta method's growth gave 0.77-0.87."""
 
     observed: float
     width: float
