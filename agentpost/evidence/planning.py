@@ -53,7 +53,8 @@ def _bounded(result: dict, runs, comparison) -> dict | None:
     lo, hi = result["bounds"]
     values = [v for data, _ in _seed_outcomes(runs, comparison.metric).values() for v in data["arms"][comparison.a]]
     mean_a = sum(values) / len(values)
-    return {"width": hi - lo, "observed": result["estimate"], "base": min(mean_a - lo, hi - mean_a)}
+    toward_middle = 1.0 if mean_a - lo <= hi - mean_a else -1.0  # Bounded's sign: away from the nearer bound
+    return {"width": hi - lo, "observed": toward_middle * result["estimate"], "base": min(mean_a - lo, hi - mean_a)}
 
 
 def plan_chapter(
