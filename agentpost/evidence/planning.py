@@ -126,6 +126,12 @@ def render(rows: list[PlanRow], chapter_id: str, profile: str, *, show: int = 4)
         if row.plan is None or c.result is None:  # plan_chapter plans exactly the computed comparisons
             out.append(f"{head}: no pilot: {c.problem}")
             continue
+        if c.verdict_class == "no_information":
+            out.append(
+                f"{head}: identical arms in the pilot (every difference 0, verdict {c.verdict}): its variances are all "
+                "0 and predict nothing; no design planned"
+            )
+            continue
         n0 = _pilot_items(c.result)
         pilot = row.plan.pilot
         assert pilot is not None  # plan_chapter always passes the pilot's design

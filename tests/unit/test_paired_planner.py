@@ -177,3 +177,19 @@ def test_the_evidence_page_says_what_would_settle_only_the_inconclusive_comparis
     said = [line for line in lines if line.startswith("- ")]
     assert len(said) == 1 and said[0].startswith("- `b_vs_a` (MDE 0.09, margin 0.05; needs MDE 0.05")
     assert " seeds at 10 items per seed (about " in said[0] and " seeds at 40 items per seed" in said[0]
+
+
+def test_the_cli_report_names_the_assumed_seed_variance_the_target_and_the_item_cap():
+    from agentpost.evidence.planning import PlanRow, render
+
+    components = {"seed": 0.0, "item": 0.0011, "residual": 0.0068}
+    c = _computed(0.01, 0.09, "inconclusive", components)
+    c.result["verdict"] = "inconclusive"
+    p = plan(components, design="crossed", min_effect=0.05, pilot=(5, 10), max_items=40)
+    identical = _computed(0.0, float("nan"), "no_information", {"seed": 0.0, "item": 0.0, "residual": 0.0})
+    identical.result["verdict"] = "no information"
+    text = render([PlanRow(c, p, 60.0), PlanRow(identical, p, 60.0)], "kite", "cpu")
+    assert f"variance seed 0 (upper bound used: {p.assumed['seed']:.3g})" in text and p.assumed["seed"] > 0
+    assert "target MDE 0.05 (the margin); at most 40 items per seed exist" in text
+    assert all(d["items"] <= 40 for d in p.designs)
+    assert "identical arms in the pilot" in text and text.count("upper bound used") == 1
