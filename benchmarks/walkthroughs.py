@@ -26,6 +26,11 @@ CASES = {
         ("mode", "equal_mass"),
     ),
     "muser": ("agentpost.muser.walkthrough", {"angle_deg": 53.13, "tau": 0.1}, ("angle_deg", 20.0)),
+    "paired-protocol": (
+        "agentpost.protocol.walkthrough",
+        {"effect": 0.3, "margin": 0.2, "seeds": 3, "items": 30},
+        ("seeds", 10),
+    ),
 }
 
 

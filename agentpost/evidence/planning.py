@@ -2,8 +2,10 @@
 
 The pilot is the counted configuration (most seeds) of a profile (usually ``smoke``). For each declared comparison computed over
 it (:mod:`agentpost.evidence.comparisons`), :func:`agentpost.stats.plan` predicts from the pilot's variance
-components the fewest items per seed that bring the MDE (80% power) down to the comparison's margin, for each
-seed count. The predicted wall time uses the pilot receipts' median wall time per run ``w`` at ``n0`` items per
+components (the seed variance at its upper confidence bound, never a zero point estimate) the fewest items per seed
+that bring the MDE (80% power) down to the target, for each seed count, capped at the items that exist
+(:func:`available_items`). The target is the margin, or, where the pilot's MDE is already below it, the MDE whose
+interval would exclude the margin if the estimate held (:func:`settling_target`). The predicted wall time uses the pilot receipts' median wall time per run ``w`` at ``n0`` items per
 seed: a run's time lies between ``w`` (training dominates: items cost nothing) and ``w * n / n0`` (evaluation
 dominates); ``S`` runs take ``S`` times that at ``--jobs 1`` (Colas, Sigaud & Oudeyer 2018; Card et al. 2020).
 """
@@ -14,7 +16,7 @@ import statistics
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from agentpost.evidence.comparisons import Computed, compute, configuration_runs
+from agentpost.evidence.comparisons import Computed, _seed_outcomes, compute, configuration_runs
 
 if TYPE_CHECKING:
     from agentpost.stats.planner import Plan
@@ -33,6 +35,28 @@ def _pilot_items(result: dict) -> int:
     return n if result["design"] == "crossed" else max(1, round(n / max(1, int(result["n_seeds"]))))
 
 
+def available_items(runs, metric: str) -> int | None:
+    """Items per seed that exist for ``metric``: ``items_available`` where a run's arm facts record it (the split's
+    size), else the distinct item ids the runs scored (every item known to exist); None without outcomes."""
+    ids, recorded = set(), []
+    for data, _ in _seed_outcomes(runs, metric).values():
+        ids.update(map(str, data["items"]))
+        recorded += [f["items_available"] for f in data["facts"].values() if "items_available" in f]
+    return int(max(recorded)) if recorded else (len(ids) or None)
+
+
+def _bounded(result: dict, runs, comparison) -> dict | None:
+    """``plan``'s ``bounded`` for a bounded comparison: width, observed difference and the baseline arm's distance
+    from its nearer bound (from the runs' outcomes of arm ``a``)."""
+    if not result.get("bounds"):
+        return None
+    lo, hi = result["bounds"]
+    values = [v for data, _ in _seed_outcomes(runs, comparison.metric).values() for v in data["arms"][comparison.a]]
+    mean_a = sum(values) / len(values)
+    toward_middle = 1.0 if mean_a - lo <= hi - mean_a else -1.0  # Bounded's sign: away from the nearer bound
+    return {"width": hi - lo, "observed": toward_middle * result["estimate"], "base": min(mean_a - lo, hi - mean_a)}
+
+
 def plan_chapter(
     chapter_id: str, profile: str, *, max_seeds: int = 20, items: list[int] | None = None, power: float = 0.8
 ) -> list[PlanRow]:
@@ -48,15 +72,17 @@ def plan_chapter(
             rows.append(PlanRow(c, None, wall))
             continue
         n0 = _pilot_items(c.result)
-        candidates = sorted(set(items or DEFAULT_ITEMS) | {n0})
+        target = settling_target(c, power)
         p = plan(
             c.result["variance_components"],
             design=c.result["design"],
-            min_effect=c.comparison.min_effect,
+            min_effect=target if target > 0 else c.comparison.min_effect,  # 0: the estimate sits on the margin
             power=power,
             seeds=range(3, max_seeds + 1),
-            items=candidates,
+            items=sorted(set(items or DEFAULT_ITEMS) | {n0}),
             pilot=(int(c.result["n_seeds"]), n0),
+            max_items=available_items(group, c.comparison.metric),
+            bounded=_bounded(c.result, group, c.comparison),
         )
         rows.append(PlanRow(c, p, wall))
     return rows
@@ -69,11 +95,27 @@ def minutes(wall_s: float | None, seeds: int, items: int, pilot_items: int) -> t
     return seeds * wall_s / 60, seeds * wall_s * max(1.0, items / pilot_items) / 60
 
 
+def _why(p) -> str:
+    """Why no design reaches the target: the shared items' variance when even 10^6 seeds at the most items fall short,
+    else the seeds."""
+    from agentpost.stats.planner import predict
+
+    if p.max_items and p.design == "crossed":
+        limit = predict(p.assumed, 10**6, p.max_items, design=p.design, alpha=p.alpha, power=p.power)["mde"]
+        if limit > p.min_effect:
+            return (
+                f"the shared items' variance alone keeps the MDE at {limit:.3g} with all {p.max_items} items, however "
+                "many seeds (more items would be needed)"
+            )
+    return "raise --max-seeds, or, where the seed variance dominates, reduce it (e.g. train longer)"
+
+
 def render(rows: list[PlanRow], chapter_id: str, profile: str, *, show: int = 4) -> str:
-    """Plain-text report: per comparison, the pilot's MDE and the smallest designs that reach the margin."""
+    """Plain-text report: per comparison, the pilot's MDE and the smallest designs that reach the target."""
     out = [
-        f"{chapter_id}: plan from the pilot runs of profile {profile!r} (80% power, alpha 0.05; predicted wall "
-        "time at --jobs 1: low = items cost nothing, high = run time grows with items)"
+        f"{chapter_id}: plan from the pilot runs of profile {profile!r} (80% power, alpha 0.05; seed variance at "
+        "its upper confidence bound; predicted wall time at --jobs 1: low = items cost nothing, high = run time "
+        "grows with items)"
     ]
     for row in rows:
         c = row.computed
@@ -84,19 +126,32 @@ def render(rows: list[PlanRow], chapter_id: str, profile: str, *, show: int = 4)
         if row.plan is None or c.result is None:  # plan_chapter plans exactly the computed comparisons
             out.append(f"{head}: no pilot: {c.problem}")
             continue
+        if c.verdict_class == "no_information":
+            out.append(
+                f"{head}: identical arms in the pilot (every difference 0, verdict {c.verdict}): its variances are all "
+                "0 and predict nothing; no design planned"
+            )
+            continue
         n0 = _pilot_items(c.result)
         pilot = row.plan.pilot
         assert pilot is not None  # plan_chapter always passes the pilot's design
-        vc = row.plan.components
+        vc, used = row.plan.components, row.plan.assumed
+        target = row.plan.min_effect
+        aim = (
+            f"target MDE {target:.3g}"
+            + (" (the margin)" if target == c.comparison.min_effect else " (so the CI would exclude the margin)")
+            + (f"; at most {row.plan.max_items} items per seed exist" if row.plan.max_items else "")
+        )
         out.append(
-            f"{head}: pilot {pilot['seeds']} seeds x {n0} items -> MDE {pilot['mde']:.3g} "
-            f"(observed {c.result['mde']:.3g}; verdict {c.verdict}); variance seed {vc['seed'] or 0:.3g}, "
-            f"item {vc['item'] or 0:.3g}, residual " + ("-" if vc["residual"] is None else f"{vc['residual']:.3g}")
+            f"{head}: pilot {pilot['seeds']} seeds x {n0} items -> MDE {pilot['mde']:.3g} at the assumed variance "
+            f"(observed {c.result['mde']:.3g}; verdict {c.verdict}); variance seed {vc['seed'] or 0:.3g} "
+            f"(upper bound used: {used['seed']:.3g}), item {vc['item'] or 0:.3g}, residual "
+            + ("-" if vc["residual"] is None else f"{vc['residual']:.3g}")
+            + f"; {aim}"
         )
         if not row.plan.designs:
             out.append(
-                "    no design up to --max-seeds seeds x 10000 items reaches the margin: raise --max-seeds, or, "
-                "where the seed variance dominates, reduce it (e.g. train longer)"
+                f"    no design up to --max-seeds seeds x the items that exist reaches the target: {_why(row.plan)}"
             )
             continue
         for d in row.plan.designs[:show]:
@@ -160,6 +215,7 @@ def what_would_settle(computed: Computed, wall_s: float | None, power: float = 0
             power=power,
             seeds=SETTLE_SEEDS,
             items=[n0 * factor],
+            pilot=(int(computed.result["n_seeds"]), n0),
         )
         first = p.designs[0] if p.designs else None
         span = minutes(wall_s, first["seeds"], n0 * factor, n0) if first else None

@@ -15,6 +15,7 @@ from agentpost.stats import CONCLUSIVE, VERDICT_CLASSES
 from agentpost.stats.paired import (
     DF_FLOOR,
     ArmMeta,
+    Bounded,
     ProtocolError,
     Split,
     bounded_floor,
@@ -23,7 +24,9 @@ from agentpost.stats.paired import (
     crossed_t,
     crossed_variance_df,
     mde_multiplier,
+    minimum_detectable_effect,
     power,
+    seed_component,
     select_on_validation,
     verdict_class,
 )
@@ -316,16 +319,59 @@ def test_items_are_paired_by_id():
 
 
 @pytest.mark.claim("paired-protocol", "C1")
-def test_unequal_items_per_seed_are_weighted_by_item_count():
+def test_unequal_items_per_seed_count_each_seed_once():
     # differences: seed 1 (1, 1, 1, 1) mean 1, seed 2 (0, 0) mean 0, seed 3 (2, 2) mean 2; 8 items.
     a = {1: [0.0] * 4, 2: [0.0] * 2, 3: [0.0] * 2}
     b = {1: [1.0] * 4, 2: [0.0] * 2, 3: [2.0] * 2}
     r = run(a, b, higher_is_better=True)
-    # weights (0.5, 0.25, 0.25): estimate = 0.5 + 0 + 0.5 = 1; CR1 se^2 = 3/2 (0.25 * 0 + 0.0625 * 1 + 0.0625 * 1)
-    assert r.estimate == pytest.approx(1.0) and r.se == pytest.approx(math.sqrt(1.5 * 0.125)) and r.df == 2
-    assert r.n_items == 8 and "weighted by item count" in r.method
+    # seed means (1, 0, 2): estimate 1, sd 1, se 1/sqrt(3), df 2 -- the t test on seed means, whatever the counts
+    assert r.estimate == pytest.approx(1.0) and r.se == pytest.approx(1 / math.sqrt(3)) and r.df == 2
+    assert r.n_items == 8 and "2-4 items and count equally" in r.method
     equal = run({1: [0.0] * 2, 2: [0.0] * 2, 3: [0.0] * 2}, {1: [1.0] * 2, 2: [0.0] * 2, 3: [2.0] * 2})
-    assert equal.se == pytest.approx(stats.sem([1.0, 0.0, 2.0])) and "weighted" not in equal.method
+    assert equal.se == pytest.approx(stats.sem([1.0, 0.0, 2.0])) and "count equally" not in equal.method
+
+
+@pytest.mark.parametrize(
+    "kwargs, culprit",
+    [
+        ({"n_boot": 0}, "n_boot"),
+        ({"n_boot": -5}, "n_boot"),
+        ({"n_boot": 2.5}, "n_boot"),
+        ({"n_boot": True}, "n_boot"),
+        ({"rng": "x"}, "rng"),
+        ({"rng": -1}, "rng"),
+    ],
+)
+def test_bad_bootstrap_settings_are_protocol_errors(kwargs, culprit):
+    with pytest.raises(ProtocolError, match=culprit):
+        run(TOY_A, TOY_B, **kwargs)
+
+
+def test_seed_keys_that_collide_as_text_are_refused():
+    a = {1: [0.0, 1.0], "1": [0.0, 1.0], 2: [1.0, 1.0], 3: [0.0, 0.0]}
+    with pytest.raises(ProtocolError, match="collide"):
+        run(a, {k: [1.0, 1.0] for k in a})
+
+
+@pytest.mark.parametrize("scale", [1e-300, 1e-160, 1e160, 1e300])
+def test_extreme_scales_give_the_unit_scale_result_scaled(scale):
+    """Differences near 1e-300 neither underflow to a zero SE nor, near 1e300, overflow to an infinite CI: the result
+    is the unit-scale result times the scale (to rounding)."""
+    a = {s: [0.0, 0.0, 0.0] for s in range(3)}
+    b = {0: [1.0, 1.2, 0.9], 1: [0.5, 0.4, 0.7], 2: [1.3, 1.1, 1.6]}
+    unit = run(a, b, min_effect=0.4)
+    scaled = run(a, {s: [v * scale for v in x] for s, x in b.items()}, min_effect=0.4 * scale)
+    assert scaled.se > 0 and math.isfinite(scaled.ci_low) and math.isfinite(scaled.ci_high)
+    for name in ("estimate", "se", "ci_low", "ci_high", "mde"):
+        assert getattr(scaled, name) == pytest.approx(getattr(unit, name) * scale, rel=1e-12), name
+    assert scaled.verdict_class == unit.verdict_class and scaled.p_value == pytest.approx(unit.p_value)
+    squared = unit.variance_components["item"] * scale * scale  # inf beyond the largest float (1e160 squared)
+    assert scaled.variance_components["item"] == pytest.approx(squared, rel=1e-12)
+
+
+def test_differences_that_overflow_are_refused():
+    with pytest.raises(ProtocolError, match="overflow"):
+        run({s: [-1e308, 0.0] for s in range(3)}, {s: [1e308, 0.0] for s in range(3)})
 
 
 def test_large_inputs_bootstrap_in_bounded_memory():
@@ -429,3 +475,38 @@ def test_result_round_trips_as_dict_and_summary():
     for key in ("verdict_class", "direction", "ci90_low", "ci90_high", "bounds", "se", "df", "p_value", "power"):
         assert key in d
     assert "B - A: -1" in r.summary() and "-> inconclusive [inconclusive]" in r.summary()
+
+
+@pytest.mark.claim("paired-protocol", "C1")
+def test_seed_component_by_hand():
+    # median-unbiased: MS_seed 0.5 (2 df) -> 0.5 * 2 / chi2_{0.5, 2} = 1 / (2 ln 2) = 0.721348; (0.721348 - 0.3) / 10
+    assert seed_component(0.5, 0.3, 10, 3, level=0.5) == pytest.approx((1 / (2 * math.log(2)) - 0.3) / 10)
+    assert seed_component(0.5, 0.3, 10, 3, level=0.5) == pytest.approx(0.0421348, abs=1e-7)
+    assert seed_component(0.1, 0.3, 10, 3, level=0.5) == 0.0  # truncated at 0
+
+
+@pytest.mark.claim("paired-protocol", "C1")
+def test_bounded_extra_variance_of_an_effect_that_varies_by_seed_by_hand():
+    """0/1 outcomes at a floor of 0.02, 3 seeds x 200 items, seed variance 0.0004 of the differences, no observed
+    difference. At a true effect of 0.05: Bernoulli part (0.05 * 0.95 - 0) / 600 = 7.9167e-5; seed part: tau^2 =
+    0.0004 / (2 h(0.02)^2) = 0.0004 / (2 * 0.0196^2) = 0.520616, and (tau^2 (h(0.02)^2 + h(0.07)^2) - 0.0004) / 3 =
+    (0.520616 * (0.00038416 + 0.0651^2) - 0.0004) / 3 = 6.6879e-4."""
+    b = Bounded(observed=0.0, width=1.0, n_cells=600, base=0.02, seed_var=0.0004, n_seeds=3)
+    tau2 = 0.0004 / (2 * 0.0196**2)
+    seed_part = (tau2 * (0.0196**2 + 0.0651**2) - 0.0004) / 3
+    assert tau2 == pytest.approx(0.520616, abs=1e-6) and seed_part == pytest.approx(6.6879e-4, rel=1e-4)
+    assert float(b.extra(0.05)) == pytest.approx(0.0475 / 600 + seed_part)
+    # without a seed component it is the Bernoulli part alone, and the MDE grows with the seed part
+    plain = Bounded(observed=0.0, width=1.0, n_cells=600, base=0.02)
+    assert float(plain.extra(0.05)) == pytest.approx(0.0475 / 600)
+    se, df = 0.01, 2.0
+    assert minimum_detectable_effect(se, df, bounded=b) > minimum_detectable_effect(se, df, bounded=plain)
+    mde = minimum_detectable_effect(se, df, bounded=b)  # the root of D = k sqrt(se^2 + extra(D))
+    assert mde == pytest.approx(mde_multiplier(df) * math.sqrt(se**2 + float(b.extra(mde))), rel=1e-9)
+    # a seed variance far beyond what a rate near 0.02 can carry: each arm's term is capped at p (1 - p), so at 0.05
+    # the seed part is (0.0196 + 0.0651 - 0.05) / 3 (tau^2 = 65.08: 0.025 and 0.276 uncapped); on outcomes in
+    # [0, 10] the same in units of width^2 = 100
+    wild = Bounded(observed=0.0, width=1.0, n_cells=600, base=0.02, seed_var=0.05, n_seeds=3)
+    assert float(wild.extra(0.05)) == pytest.approx(0.0475 / 600 + (0.0196 + 0.0651 - 0.05) / 3)
+    wide = Bounded(observed=0.0, width=10.0, n_cells=600, base=0.2, seed_var=5.0, n_seeds=3)
+    assert float(wide.extra(0.5)) == pytest.approx(100 * float(wild.extra(0.05)))

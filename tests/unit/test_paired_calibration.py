@@ -40,6 +40,24 @@ def test_designs_cover_the_issue_list():
     assert {5, 10} <= {d.n_seeds for d in cal.DESIGNS}
     shift = next(d for d in cal.DESIGNS if d.name == "seed shift sd 0.3")
     assert (shift.seed_sd, shift.noise_sd) == (0.3, 1.0)
+    # issue 46: unequal items per seed (each of its designs), right-skewed few items, arm x seed effects at a floor
+    counts = {d.item_counts for d in cal.DESIGNS}
+    assert {(50, 50, 50, 10), (3, 10, 40), (10,) * 9 + (100,), (2, 5, 12, 60, 150)} <= counts
+    assert any(d.skew and (d.n_seeds, d.n_items) == (3, 12) for d in cal.DESIGNS)
+    assert {d.seed_logit_sd for d in cal.BOUNDED_DESIGNS} >= {0.0, 0.3, 0.6}
+
+
+def test_unequal_designs_leave_absent_items_out():
+    design = next(d for d in cal.DESIGNS if d.item_counts == (3, 10, 40))
+    d = cal.simulate(design, 2, 0.0, np.random.default_rng(1))
+    assert np.isfinite(d).sum(axis=-1).tolist() == [[3, 10, 40]] * 2
+    est, se, df = cal.v2_estimates(d, False)
+    m = np.nanmean(d, axis=-1)  # the seed means count equally
+    assert (
+        np.allclose(est, m.mean(axis=-1)) and np.allclose(se, m.std(axis=-1, ddof=1) / np.sqrt(3)) and (df == 2).all()
+    )
+    # true SE of the mean of seed means: sqrt(sum_s (0.09 + 1 / n_s)) / 3
+    assert cal.true_se(design) == pytest.approx(np.sqrt(3 * 0.09 + 1 / 3 + 1 / 10 + 1 / 40) / 3)
 
 
 @pytest.mark.claim("paired-protocol", "C4")
@@ -104,7 +122,7 @@ def classes():
 
 
 @pytest.mark.claim("paired-protocol", "C4")
-@pytest.mark.parametrize("design", [d.name for d in cal.DESIGNS])
+@pytest.mark.parametrize("design", [d.name for d in cal.DESIGNS if not d.skew])
 def test_verdict_class_error_rates(classes, design):
     """Issue 27: P(matters or detectable | 0) <= alpha; P(matters | +-delta) <= alpha/2; P(equivalent | +-delta)
     <= alpha (TOST), at delta = 1.5 and 4 true standard errors; bounds leave about 4 Monte Carlo sd of slack."""
@@ -117,11 +135,44 @@ def test_verdict_class_error_rates(classes, design):
     assert null[null.delta_in_se == 4.0].equivalent.iloc[0] > 0.5
 
 
+def test_skewed_few_items_exceed_the_class_rates_by_little(classes):
+    """Right-skewed items (centred exponential), 3 seeds x 12 items: false positives and coverage hold (suite above),
+    but a wrong class at +-delta reaches about 0.066 (equivalent, nominal 0.05) and 0.037 (matters, nominal 0.025):
+    the t on three means of twelve skewed items is itself skewed. Stated in book/evidence-levels.md; this pins how
+    far (the lognormal designs of ``SKEWED_BEYOND`` go further, see benchmarks/paired_class_rates.py)."""
+    rows = classes[classes.design == "skewed 3x12"]
+    null, edge = rows[rows.truth == "0"], rows[rows.truth != "0"]
+    assert (null.error <= 0.06).all() and (edge.error <= 0.045).all() and (edge.equivalent_error <= 0.08).all(), rows
+
+
 @pytest.mark.claim("paired-protocol", "C4")
 def test_power_at_the_reported_mde_near_a_floor():
-    """Issue 27: 0/1 outcomes at success rates 0.02-0.05 (and 0.97), 3 seeds x 200 items: the data sets at the
-    median MDE reported on pilots without an effect are detected 70-90% of the time (target 80%)."""
+    """Issues 27 and 46: 0/1 outcomes at success rates 0.02-0.05 (and 0.97), 3 seeds x 200 items, also with an effect
+    that varies by seed (arm x seed logit sd 0.3-0.6): the data sets at the median MDE reported on pilots without an
+    effect are detected 70-90% of the time (target 80%); CIs cover the expected difference and rarely fire at 0."""
     table = cal.bounded_power(n_sets=N_SETS, n_mde=300, seed=11, references=False)
     assert set(table.design) == {d.name for d in cal.BOUNDED_DESIGNS}
     for row in table.itertuples():
         assert 0.7 <= row.detection_at_mde <= 0.9, row
+        assert row.coverage >= 0.94 and row.fpr <= 0.06, row
+
+
+def test_bounded_truth_by_hand():
+    """Without a seed effect the expected difference is the effect; with one it is E[expit(l_b + z)] - E[expit(l_a +
+    z)], here against a 200,000-draw Monte Carlo mean."""
+    plain = cal.BOUNDED_DESIGNS[0]
+    assert cal.bounded_truth(plain, 0.05) == 0.05 and cal.bounded_truth(cal.BOUNDED_DESIGNS[3], 0.05) == -0.05
+    varying = next(d for d in cal.BOUNDED_DESIGNS if d.seed_logit_sd == 0.6)
+    z = np.random.default_rng(0).standard_normal(200_000)
+    expit = lambda x: 1 / (1 + np.exp(-x))  # noqa: E731
+    mc = expit(np.log(0.07 / 0.93) + 0.6 * z).mean() - expit(np.log(0.02 / 0.98) + 0.6 * z).mean()
+    assert cal.bounded_truth(varying, 0.05) == pytest.approx(mc, abs=3e-4)
+
+
+@pytest.mark.slow
+@pytest.mark.claim("paired-protocol", "C4")
+def test_planner_first_design_is_powered_from_three_seed_pilots():
+    """Issue 46: from 3-seed pilots of its four designs, the first design the planner lists reaches a mean power of
+    at least 0.75 at the margin (0.80-1.00 measured with 100 pilots; before: 0.31-0.68)."""
+    table = cal.planner_power(n_pilots=60, n_sets=300, seed=3)
+    assert (table.mean_power >= 0.75).all(), table

@@ -8,7 +8,7 @@ from scipy import stats
 
 from agentpost.stats import ProtocolError, plan
 from agentpost.stats.paired import ArmMeta, compare, mde_multiplier
-from agentpost.stats.planner import predict
+from agentpost.stats.planner import SEED_PLAN_UPPER_CONFIDENCE, assumed_components, predict
 
 
 @pytest.mark.claim("paired-protocol", "C1")
@@ -32,18 +32,58 @@ def test_crossed_prediction_by_hand():
 @pytest.mark.claim("paired-protocol", "C1")
 def test_nested_plan_by_hand():
     comp = {"seed": 0.01, "item": 0.5, "residual": None}
-    p = plan(comp, design="independent", min_effect=0.2, pilot=(3, 30))
+    p = plan(comp, design="independent", min_effect=0.2)  # no pilot design: the components as given
     # pilot: Var = 0.01/3 + 0.5/90 = 0.0088889, df 2 -> MDE = k(2) * 0.0942809
-    assert p.pilot["se"] == pytest.approx(math.sqrt(0.01 / 3 + 0.5 / 90)) and p.pilot["df"] == 2
-    assert (
-        p.pilot["mde"] == pytest.approx(mde_multiplier(2.0) * math.sqrt(0.01 / 3 + 0.5 / 90)) and p.pilot["mde"] > 0.2
-    )
+    pilot = predict(comp, 3, 30, design="independent")
+    assert pilot["se"] == pytest.approx(math.sqrt(0.01 / 3 + 0.5 / 90)) and pilot["df"] == 2
+    assert pilot["mde"] == pytest.approx(mde_multiplier(2.0) * math.sqrt(0.01 / 3 + 0.5 / 90)) and pilot["mde"] > 0.2
     first = {d["seeds"]: d["items"] for d in p.designs}
     # 3 seeds: the seed term alone gives k(2) sqrt(0.01/3) = 0.326 > 0.2 -> never; 4 seeds: k(3) sqrt(0.0025) = 0.213
     assert 3 not in first and 4 not in first
     # 5 seeds, df 4: n = 100 -> se sqrt(0.002 + 0.001) = 0.0548, MDE 0.206 > 0.2; n = 200 -> se 0.05, MDE 0.188.
     assert first[5] == 200 and mde_multiplier(4.0) * math.sqrt(0.003) > 0.2 >= mde_multiplier(4.0) * 0.05
     assert all(d["mde"] <= 0.2 for d in p.designs) and p.as_dict()["design"] == "independent"
+    # listed: the fewest seeds that reach 0.2, then only larger seed counts that need fewer items
+    assert [d["seeds"] for d in p.designs][0] == 5 and all(
+        later["items"] < earlier["items"] for earlier, later in zip(p.designs, p.designs[1:])
+    )
+
+
+@pytest.mark.claim("paired-protocol", "C1")
+def test_a_zero_seed_estimate_is_planned_at_its_upper_bound_by_hand():
+    """3 seeds x 30 nested items, seed variance estimated as 0, item variance 0.5: the seed mean square is read as
+    MS_within = 0.5 (2 df); its 60% upper bound is 0.5 * 2 / chi2_{0.4, 2} = 1 / (-2 ln 0.6) = 0.978808, so the plan
+    assumes a seed variance of (0.978808 - 0.5) / 30 = 0.0159603, not 0."""
+    comp = {"seed": 0.0, "item": 0.5, "residual": None}
+    assumed = assumed_components(comp, (3, 30), design="independent", level=0.6)
+    assert assumed["seed"] == pytest.approx((1 / (-2 * math.log(0.6)) - 0.5) / 30) == pytest.approx(0.0159603, abs=1e-7)
+    p = plan(comp, design="independent", min_effect=0.2, pilot=(3, 30), seed_upper=0.6)
+    assert p.assumed == assumed and p.components["seed"] == 0.0 and "upper bound" in p.method
+    assert p.pilot == predict(assumed, 3, 30, design="independent")
+    # a positive estimate is raised to its bound too: MS = 0.5 + 30 * 0.01 = 0.8 -> (0.8 * 1.957616 - 0.5) / 30
+    raised = assumed_components({"seed": 0.01, "item": 0.5}, (3, 30), design="independent", level=0.6)
+    assert (
+        raised["seed"]
+        == pytest.approx((0.8 * 2 / (-2 * math.log(0.6)) - 0.5) / 30)
+        == pytest.approx(0.035536, abs=1e-6)
+    )
+
+
+def test_designs_are_capped_at_the_items_that_exist():
+    comp = {"seed": 0.0001, "item": 4.0, "residual": None}
+    free = plan(comp, design="independent", min_effect=0.2)
+    assert free.designs[0]["items"] > 151
+    capped = plan(comp, design="independent", min_effect=0.2, max_items=151, seeds=range(3, 200))
+    assert all(d["items"] <= 151 for d in capped.designs) and capped.designs[0]["items"] == 151
+    assert capped.designs[0]["seeds"] > free.designs[0]["seeds"] and capped.max_items == 151
+
+
+def test_a_thousand_seed_counts_plan_quickly():
+    import time
+
+    start = time.perf_counter()
+    p = plan({"seed": 0.005, "item": 0.3, "residual": 0.1}, design="crossed", min_effect=0.02, seeds=range(3, 1001))
+    assert time.perf_counter() - start < 2.0 and p.designs and p.designs[0]["seeds"] > 100
 
 
 @pytest.mark.claim("paired-protocol", "C1")
@@ -73,6 +113,10 @@ def test_plan_refuses_bad_input():
         plan({"seed": 0.1, "item": 0.1, "residual": 0.1}, design="paired", min_effect=0.1)
     with pytest.raises(ProtocolError, match="min_effect"):
         plan({"seed": 0.1, "item": 0.1, "residual": 0.1}, design="crossed", min_effect=0)
+    with pytest.raises(ProtocolError, match="alpha"):
+        plan({"seed": 0.1, "item": 0.1, "residual": 0.1}, design="crossed", min_effect=0.1, alpha="x")
+    with pytest.raises(ProtocolError, match="max_items"):
+        plan({"seed": 0.1, "item": 0.1, "residual": 0.1}, design="crossed", min_effect=0.1, max_items=0)
     with pytest.raises(ProtocolError, match="variance component 'seed'"):
         plan({"seed": -1.0, "item": 0.1, "residual": 0.1}, design="crossed", min_effect=0.1)
     assert stats.chi2.ppf(0.3, 2) == pytest.approx(-2 * math.log(0.7))
@@ -110,10 +154,13 @@ def test_what_would_settle_an_inconclusive_comparison_by_hand():
     assert settling_target(straddling) == pytest.approx(0.014294, abs=1e-6)
     options = what_would_settle(wide, wall_s=60.0)
     assert [o.items for o in options] == [10, 40]
+    # the pilot (5 seeds x 10 items) is planned with its seed variance at the upper bound
+    assumed = assumed_components(components, (5, 10), design="crossed", level=SEED_PLAN_UPPER_CONFIDENCE)
+    assert assumed["seed"] > components["seed"]
     for o in options:  # the first seed count on the grid whose predicted MDE reaches the target, and not the one before
-        assert predict(components, o.seeds, o.items, design="crossed")["mde"] <= 0.05 == o.target
+        assert predict(assumed, o.seeds, o.items, design="crossed")["mde"] <= 0.05 == o.target
         before = SETTLE_SEEDS[SETTLE_SEEDS.index(o.seeds) - 1]
-        assert predict(components, before, o.items, design="crossed")["mde"] > 0.05
+        assert predict(assumed, before, o.items, design="crossed")["mde"] > 0.05
         # one run takes 60 s when items cost nothing, 60 s x items/10 when evaluation dominates; two at a time
         assert o.hours_jobs2 == pytest.approx((o.seeds / 120, o.seeds / 120 * o.items / 10))
     assert what_would_settle(_computed(0.2, 0.03, "matters", components), 60.0) == []
@@ -130,3 +177,19 @@ def test_the_evidence_page_says_what_would_settle_only_the_inconclusive_comparis
     said = [line for line in lines if line.startswith("- ")]
     assert len(said) == 1 and said[0].startswith("- `b_vs_a` (MDE 0.09, margin 0.05; needs MDE 0.05")
     assert " seeds at 10 items per seed (about " in said[0] and " seeds at 40 items per seed" in said[0]
+
+
+def test_the_cli_report_names_the_assumed_seed_variance_the_target_and_the_item_cap():
+    from agentpost.evidence.planning import PlanRow, render
+
+    components = {"seed": 0.0, "item": 0.0011, "residual": 0.0068}
+    c = _computed(0.01, 0.09, "inconclusive", components)
+    c.result["verdict"] = "inconclusive"
+    p = plan(components, design="crossed", min_effect=0.05, pilot=(5, 10), max_items=40)
+    identical = _computed(0.0, float("nan"), "no_information", {"seed": 0.0, "item": 0.0, "residual": 0.0})
+    identical.result["verdict"] = "no information"
+    text = render([PlanRow(c, p, 60.0), PlanRow(identical, p, 60.0)], "kite", "cpu")
+    assert f"variance seed 0 (upper bound used: {p.assumed['seed']:.3g})" in text and p.assumed["seed"] > 0
+    assert "target MDE 0.05 (the margin); at most 40 items per seed exist" in text
+    assert all(d["items"] <= 40 for d in p.designs)
+    assert "identical arms in the pilot" in text and text.count("upper bound used") == 1

@@ -17,6 +17,7 @@ from agentpost.graft import walkthrough as graft_wt
 from agentpost.madrl import walkthrough as madrl_wt
 from agentpost.muser import walkthrough as muser_wt
 from agentpost.opsd import walkthrough as opsd_wt
+from agentpost.protocol import walkthrough as protocol_wt
 
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 
@@ -163,9 +164,35 @@ def test_codeskills_skill_mass_by_hand():
         (opsd_wt, {"updates": 12, "ema_decay": 0.7, "sync_every": 3}),
         (codeskills_wt, {"n_skills": 3, "n_primitives": 8, "mode": "equal_mass", "decisions": 20}),
         (muser_wt, {"angle_deg": 20.0, "tau": 0.5}),
+        (protocol_wt, {"effect": 0.0, "margin": 0.2, "seeds": 10, "items": 200}),
     ],
-    ids=["graft", "madrl", "opsd", "codeskills", "muser"],
+    ids=["graft", "madrl", "opsd", "codeskills", "muser", "paired-protocol"],
 )
 def test_each_render_gives_a_figure_and_its_table(module, values):
     fig, table = module.render(**values)
     assert isinstance(fig, Figure) and len(table) > 0 and np.isfinite(table.select_dtypes("number").to_numpy()).all()
+
+
+def test_protocol_walkthrough_is_compare_and_plan_on_its_data():
+    """The walkthrough's verdict is compare's on the shown data: seed means of the 3 x 30 synthetic differences by
+    hand (one-sample t, df 2), and its planned design is plan's from that result."""
+    from scipy import stats
+
+    from agentpost.stats import plan
+
+    d = protocol_wt.differences(0.3, 3, 30)
+    r, p = protocol_wt.walk(0.3, 0.2, 3, 30)
+    m = d.mean(axis=1)
+    assert r.estimate == pytest.approx(m.mean()) and r.se == pytest.approx(stats.sem(m)) and r.df == 2
+    q = stats.t.ppf(0.975, 2)
+    assert r.ci_low == pytest.approx(m.mean() - q * stats.sem(m))
+    expected = "matters" if r.ci_low > 0.2 else ("detectable" if r.ci_low > 0 else "inconclusive")
+    assert r.verdict_class == expected
+    again = plan(
+        r.variance_components, design="independent", min_effect=0.2, pilot=(3, 30), seeds=range(3, 61), max_items=400
+    )
+    assert p.designs[:1] == again.designs[:1] and p.max_items == protocol_wt.MAX_ITEMS
+    # moving the items keeps the seed effects: the first 3 x 10 cells are the same draws
+    assert np.array_equal(protocol_wt.differences(0.3, 3, 10), d[:, :10])
+    with pytest.raises(ValueError, match="seeds"):
+        protocol_wt.differences(0.3, 2, 30)
