@@ -38,7 +38,8 @@ def _pilot_items(result: dict) -> int:
 def available_items(runs, metric: str) -> int | None:
     """Items per seed that exist for ``metric``: ``items_available`` where a run's arm facts record it (the split's
     size), else the distinct item ids the runs scored (every item known to exist); None without outcomes."""
-    ids, recorded = set(), []
+    ids: set[str] = set()
+    recorded: list = []
     for data, _ in _seed_outcomes(runs, metric).values():
         ids.update(map(str, data["items"]))
         recorded += [f["items_available"] for f in data["facts"].values() if "items_available" in f]

@@ -27,6 +27,8 @@ import dataclasses
 import itertools
 from dataclasses import dataclass
 
+from typing import Any
+
 import numpy as np
 from scipy import stats as _st
 
@@ -132,7 +134,9 @@ def v2_estimates(d: np.ndarray, shared_items: bool, *, width: float | None = Non
     return est, se, df
 
 
-def v2_test(d: np.ndarray, shared_items: bool, *, alpha: float = 0.05, width: float | None = None):
+def v2_test(
+    d: np.ndarray, shared_items: bool, *, alpha: float = 0.05, width: float | None = None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The protocol's ``(ci_low, ci_high, p)`` for each data set of ``d[..., seed, item]`` (as in ``compare``)."""
     lo, hi, _, p = t_interval(*v2_estimates(d, shared_items, width=width), alpha=alpha)
     return lo, hi, p
@@ -355,7 +359,7 @@ def bounded_truth(design: BoundedDesign, effect: float) -> float:
 
 def simulate_bounded(
     design: BoundedDesign, n_sets: int, effect: float, rng: np.random.Generator, *, arms: bool = False
-) -> np.ndarray:
+) -> Any:  # the differences b - a, or (a, b) with ``arms=True``
     """Differences ``b - a`` of 0/1 outcomes, shape ``(n_sets, n_seeds, n_items)`` (``arms``: the pair ``(a, b)``)."""
     shape = (n_sets, design.n_seeds, design.n_items)
     sign = 1.0 if design.base_rate < 0.5 else -1.0
@@ -515,13 +519,13 @@ def planner_power(
                 cache[first] = float(np.mean((lo > 0) | (hi < 0)))
             powers.append(cache[first])
             firsts.append(first)
-        powers = np.array(powers)
+        power_of = np.array(powers)
         rows.append(
             {
                 "case": case.name,
                 "seed_upper": level,
-                "mean_power": float(powers.mean()) if powers.size else float("nan"),
-                "share_below_0.7": float(np.mean(powers < 0.7)) if powers.size else float("nan"),
+                "mean_power": float(power_of.mean()) if power_of.size else float("nan"),
+                "share_below_0.7": float(np.mean(power_of < 0.7)) if power_of.size else float("nan"),
                 "median_seeds": float(np.median([f[0] for f in firsts])) if firsts else float("nan"),
                 "median_items": float(np.median([f[1] for f in firsts])) if firsts else float("nan"),
                 "no_design": missing / n_pilots,

@@ -187,6 +187,7 @@ def check_meta(meta_a: ArmMeta, meta_b: ArmMeta) -> None:
 def _labelled(x, where: str) -> tuple[list | None, np.ndarray]:
     """``(item ids or None, 1-D float values)`` of one arm's values at one seed: a pandas Series (ids = index), a
     ``{item_id: value}`` mapping, or a positional 1-D sequence."""
+    ids: list | None
     if isinstance(x, Mapping):
         ids, values = list(x.keys()), list(x.values())
     elif hasattr(x, "index") and hasattr(x, "to_numpy"):  # pandas Series (a DataFrame is refused below as 2-D)
@@ -215,7 +216,7 @@ def _aligned(xa, xb, order, where: str):
             raise ProtocolError(f"{where}: arms must score the same non-empty item list ({va.size} vs {vb.size})")
         return None, va, vb
     order = ia if order is None else order
-    pa, pb = dict(zip(ia, va)), dict(zip(ib, vb))
+    pa, pb = dict(zip(ia, va)), dict(zip(ib or (), vb))
     for name, got in (("arm a", pa), ("arm b", pb)):
         if set(got) != set(order) or not order:
             odd = sorted(map(str, set(got) ^ set(order)))[:5]
@@ -307,7 +308,7 @@ def crossed_mean_squares(d: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndar
 SEED_DF_UPPER_CONFIDENCE = 0.7
 
 
-def crossed_variance_df(ms_u, ms_v, ms_e, s: int, n: int, *, upper: float = SEED_DF_UPPER_CONFIDENCE):
+def crossed_variance_df(ms_u, ms_v, ms_e, s, n, *, upper: float = SEED_DF_UPPER_CONFIDENCE):
     """``(S n Var(mean), df)`` of the crossed design from its mean squares (observed, or expected when planning).
 
     ``S n Var = MS_seed + c (MS_item - MS_resid)`` with ``c = [MS_item > MS_resid]``; df are Satterthwaite's (1946)
@@ -566,6 +567,8 @@ def _bounded(arms, bounds, scale: float, est: float, per_seed, crossed: bool) ->
     """:class:`Bounded` of a comparison (in units of ``scale``): the baseline arm's distance from its nearer bound and
     the seed component of the differences at :data:`SEED_MDE_QUANTILE`."""
     mean_a = float(np.concatenate([xa for xa, _ in arms]).mean())
+    ms_seed: Any
+    ms_within: Any
     if crossed:
         ms_seed, _, ms_within = crossed_mean_squares(np.stack(per_seed))
         n = per_seed[0].size
@@ -588,7 +591,7 @@ def _bounded(arms, bounds, scale: float, est: float, per_seed, crossed: bool) ->
 
 
 def _label(cls: str, direction: str | None) -> str:
-    if cls == "matters":
+    if cls == "matters" and direction:  # a difference that matters always has a direction
         return direction
     if cls == "detectable":
         return f"{direction}, may be negligible"
@@ -665,6 +668,9 @@ def compare(
     seed_means = np.array([x.mean() for x in per_seed])
     # With one shared item the item effect is part of the estimand, and the crossed model is the seed-level one.
     crossed = bool(shared_items) and n_items > 1
+    est: Any
+    se: Any
+    df: Any
     if crossed:
         est, se, df = crossed_t(np.stack(per_seed))
         method = (

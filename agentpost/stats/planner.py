@@ -110,8 +110,11 @@ def _check(design: str, alpha, power) -> tuple[float, float]:
 
 
 def _bounded(bounded: Mapping | None, components: Mapping, seeds: int, items: int) -> Bounded | None:
-    if bounded is None:
-        return None
+    return None if bounded is None else _bounded_at(bounded, components, seeds, items)
+
+
+def _bounded_at(bounded: Mapping, components: Mapping, seeds: int, items: int) -> Bounded:
+    """:class:`Bounded` of a planned design of ``seeds`` x ``items`` from the comparison's ``bounded`` facts."""
     return Bounded(
         observed=float(bounded.get("observed", 0.0)),
         width=float(bounded["width"]),
@@ -199,8 +202,8 @@ def plan(
     assumed = {k: components.get(k) for k in ("seed", "item", "residual")}
     if pilot is not None:
         assumed = assumed_components(components, pilot, design=design, level=_real(seed_upper, "seed_upper"))
-    grid_n = sorted({int(n) for n in items} | ({int(max_items)} if max_items else set()))
-    grid_n = np.array([n for n in grid_n if n >= 1 and (max_items is None or n <= max_items)])
+    wanted_n = sorted({int(n) for n in items} | ({int(max_items)} if max_items else set()))
+    grid_n = np.array([n for n in wanted_n if n >= 1 and (max_items is None or n <= max_items)])
     grid_s = np.array(sorted({int(x) for x in seeds if int(x) >= 2}))
     found = []
     if grid_n.size and grid_s.size:
@@ -208,7 +211,8 @@ def plan(
         var, df = np.broadcast_to(var, (grid_s.size, grid_n.size)), np.broadcast_to(df, var.shape)
         if bounded is not None:
             extra = np.array(
-                [[_bounded(bounded, assumed, s, n).extra(min_effect) for n in grid_n] for s in grid_s], dtype=float
+                [[_bounded_at(bounded, assumed, s, n).extra(min_effect) for n in grid_n] for s in grid_s],
+                dtype=np.float64,
             )
             var = var + extra
         q = _st.t.ppf(1 - alpha / 2, df)
