@@ -11,7 +11,7 @@ import nbformat
 from agentpost.errors import UsageError
 from agentpost.evidence import certificates, run_store
 from agentpost.evidence import receipt as rc
-from agentpost.evidence.levels import collect_runs, configurations
+from agentpost.evidence.levels import Run, collect_runs, configurations
 from agentpost.evidence.validate import check_run
 from agentpost.project import project_root
 from agentpost.run.batch import run_batch
@@ -63,32 +63,62 @@ def _stale_batch(chapter_id: str, profile: str) -> list:
 def recertify(
     chapter_id: str, profile: str, seeds: list[int] | None = None, *, jobs: int = 1, backend="local"
 ) -> Outcome:
-    """Re-run ``seeds`` (default :func:`certificates.default_seeds`) of the counted configuration's stale runs and
-    certify it where each reproduces the old run at its seed; raises :class:`UsageError` before any work when the
-    batch cannot be re-certified (nothing stale, seeds not in it, its data or parameters changed)."""
+    """Re-run ``seeds`` of the counted batch's stale runs and certify each configuration they come from where every
+    re-run reproduces the old run at its seed; raises :class:`UsageError` before any work when the batch cannot be
+    re-certified (nothing stale, seeds not in it, its data or parameters changed).
+
+    A counted batch that an earlier certificate linked holds runs of several configurations (the old runs and the
+    re-runs that certified them); each is certified on its own seeds. Without ``seeds``, each stale configuration
+    re-runs its own first seeds (:func:`certificates.default_seeds`)."""
     batch = _stale_batch(chapter_id, profile)
     stale = {r.receipt["seed"]: r for r in batch if r.current_stale}
     if not stale:
         return Outcome(None, message=f"{chapter_id}/{profile}: the counted batch is current; nothing to re-certify")
-    chosen = seeds or certificates.default_seeds([r.receipt for r in stale.values()])
-    if missing := sorted(set(chosen) - set(stale)):
+    if missing := sorted(set(seeds or ()) - set(stale)):
         raise UsageError(
             f"seeds {missing} are not stale seeds of {chapter_id}/{profile}'s counted batch (stale: {sorted(stale)})"
         )
-    old = {s: stale[s] for s in chosen}
-    if len({rc.configuration_key(r.receipt) for r in old.values()}) > 1:
-        raise UsageError(f"seeds {chosen} come from several configurations; re-certify them one at a time")
+    groups: dict[str, dict[int, Run]] = {}
+    for seed, run in sorted(stale.items()):
+        groups.setdefault(rc.configuration_key(run.receipt), {})[seed] = run
+    plans = []
+    for runs in groups.values():
+        chosen = (
+            [s for s in seeds if s in runs] if seeds else certificates.default_seeds([r.receipt for r in runs.values()])
+        )
+        if chosen:
+            plans.append({s: runs[s] for s in chosen})
+    for old in plans:
+        _check_certifiable(chapter_id, profile, old)
+    outcomes = [_certify(chapter_id, profile, old, jobs=jobs, backend=backend) for old in plans]
+    return Outcome(
+        outcomes[-1].certificate if all(o.certificate for o in outcomes) else None,
+        {seed: found for o in outcomes for seed, found in o.differences.items()},
+        "\n".join(o.message for o in outcomes),
+    )
+
+
+def _check_certifiable(chapter_id: str, profile: str, old: dict) -> None:
+    """Refuse, before any work, seeds whose data or parameters changed since they ran (re-certification covers
+    code only)."""
     if data := sorted(s for s, r in old.items() if "hashes.data" in r.stale):
         raise UsageError(
             f"seeds {data}: the data changed since they ran; re-certification covers code only: re-run "
             f"the batch (`agentpost run {chapter_id} --profile {profile}`)"
         )
-    specs = plan_runs([chapter_id], profile, seeds=",".join(map(str, chosen)))
+    specs = plan_runs([chapter_id], profile, seeds=",".join(map(str, old)))
     if moved := sorted(s.seed for s in specs if s.hashes["parameters"] != old[s.seed].receipt["hashes"]["parameters"]):
         raise UsageError(
             f"seeds {moved}: params/{chapter_id}/{profile}.yaml changed since they ran; re-certification "
             "covers code only: re-run the batch"
         )
+
+
+def _certify(chapter_id: str, profile: str, old: dict, *, jobs: int, backend) -> Outcome:
+    """Re-run the seeds of ``old`` (stale runs of one configuration) and certify that configuration if each
+    reproduces."""
+    chosen = sorted(old)
+    specs = plan_runs([chapter_id], profile, seeds=",".join(map(str, chosen)))
     made = _current_runs(chapter_id, profile, specs)
     results = run_batch([s for s in specs if s.seed not in made], jobs=jobs, backend=backend)
     new_dirs = {**made, **{r.spec.seed: project_root() / r.run_dir if r.run_dir else None for r in results}}

@@ -89,3 +89,30 @@ def test_a_certificate_joins_the_configurations_and_the_re_run_counts_at_its_see
     path.write_text(json.dumps(body))  # an edited certificate links nothing
     assert certificates.problems(path) == ["the certificate was edited after sealing"]
     assert [len(g) for g in configurations(old + new)] == [4, 1]
+
+
+def test_a_batch_an_earlier_certificate_linked_is_re_certified_configuration_by_configuration(monkeypatch):
+    """Seed 42 is a re-run (its own configuration), seeds 43-45 the old runs: each configuration is certified on its
+    own seeds (before, the default seeds [42, 43] were refused as coming from several configurations)."""
+    from agentpost.run import recertify as rz
+
+    def stale_run(seed: int, config: str) -> Run:
+        receipt = {"seed": seed, "timing": {"wall_s": 60.0}, "config": config}
+        return Run(Path(f"seed-{seed}"), receipt, stale=["imported_code.x"])
+
+    batch = [stale_run(42, "rerun"), *(stale_run(s, "old") for s in (43, 44, 45))]
+    certified: list[list[int]] = []
+    monkeypatch.setattr(rz, "_stale_batch", lambda chapter, profile: batch)
+    monkeypatch.setattr(rz.rc, "configuration_key", lambda receipt: receipt["config"])
+    monkeypatch.setattr(rz, "_check_certifiable", lambda chapter, profile, old: None)
+
+    def certify(chapter, profile, old, *, jobs, backend):
+        certified.append(sorted(old))
+        return rz.Outcome(Path(f"cert-{min(old)}.json"), message=f"certified {sorted(old)}")
+
+    monkeypatch.setattr(rz, "_certify", certify)
+    outcome = rz.recertify("x", "cpu")
+    assert certified == [[42], [43, 44, 45]]
+    assert outcome.certificate == Path("cert-43.json") and "certified [42]" in outcome.message
+    certified.clear()
+    assert rz.recertify("x", "cpu", [42, 44]).certificate is not None and certified == [[42], [44]]
