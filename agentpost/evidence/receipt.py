@@ -25,11 +25,14 @@ from __future__ import annotations
 import functools
 import json
 import os
+import re
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from agentpost.errors import UsageError
+from agentpost.evidence.escape import brief
 from agentpost.record.hashing import (
     CODE_HASH_RULE,
     code_hash,
@@ -298,10 +301,47 @@ def runs_root() -> Path:
     return project_root() / RUNS_DIR
 
 
+#: What a chapter id and a profile name may be: they become folder names, page headings and terminal output.
+PROFILE_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]*$")
+
+
+def profiles(chapter) -> list[str]:
+    """The chapter's profiles (:attr:`Chapter.profiles`), each name checked where it is listed: a file of
+    ``params/<chapter>/`` whose name is no profile name (a newline, markup, an escape sequence) is a usage error
+    naming it, so no such name reaches a page, a folder or a terminal."""
+    for name in (chapter.id, *chapter.profiles):
+        if not PROFILE_NAME.fullmatch(name):
+            where = (
+                f"catalogue chapter id {brief(name)}" if name == chapter.id else f"params/{chapter.id}/{brief(name)}"
+            )
+            raise UsageError(
+                f"{where}: a chapter or profile name must be lower-case letters, digits, _ and - (rename it)"
+            )
+    return chapter.profiles
+
+
 def run_folder(chapter: str, profile: str, kind: str, seed: int, key: str) -> Path:
     """A run's folder relative to :func:`runs_root`: ``<chapter>/<profile>[/ad-hoc]/seed-<seed>-<key>``."""
     base = Path(chapter) / profile / (ADHOC_DIR if kind == "ad-hoc" else "")
     return base / f"seed-{seed}-{key}"
+
+
+#: The name of a run folder (:func:`run_folder`); the key is checked against the receipt by validation.
+RUN_FOLDER_NAME = re.compile(r"seed-[0-9]+-[0-9A-Za-z]+")
+
+
+def misplaced(run_dir: Path) -> bool:
+    """Whether ``run_dir``, a folder holding a receipt under the runs root, is not where any run is written
+    (:func:`run_folder`): a stray receipt (``book/runs/receipt.json``, ``book/runs/<chapter>/receipt.json``), never a
+    run. A folder outside the runs root (``agentpost validate`` of a copy) is judged by the folder check of
+    validation instead (its last parts must be the receipt's :func:`run_folder`)."""
+    run_dir = Path(run_dir)
+    try:
+        parts = run_dir.resolve().relative_to(runs_root().resolve()).parts
+    except (ValueError, OSError):
+        return False
+    shape_ok = len(parts) == 3 or (len(parts) == 4 and parts[2] == ADHOC_DIR)
+    return not (shape_ok and RUN_FOLDER_NAME.fullmatch(parts[-1]))
 
 
 def run_dirs(root: Path | None = None) -> list[Path]:

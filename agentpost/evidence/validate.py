@@ -95,7 +95,7 @@ def catalogue_profile(chapter_id, profile) -> bool:
         isinstance(chapter_id, str)
         and chapter_id in ids
         and isinstance(profile, str)
-        and profile in ids[chapter_id].profiles
+        and profile in rc.profiles(ids[chapter_id])
     )
 
 
@@ -245,6 +245,11 @@ def _check_run(run_dir: Path) -> Report:
         return report
 
     receipt_path, nb_path = run_dir / rc.RECEIPT_NAME, run_store.notebook_path(run_dir)
+    if rc.misplaced(run_dir):
+        return malformed(
+            "folder",
+            "stray receipt, not in a <chapter>/<profile>/seed-<seed>-<key> folder; never a run (remove it)",
+        )
     if not receipt_path.is_file() or not nb_path.is_file():
         bad("files", f"needs {rc.RECEIPT_NAME} and {rc.STORED_NOTEBOOK_NAME} (or, before schema 5, {rc.NOTEBOOK_NAME})")
         return report

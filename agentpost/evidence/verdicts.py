@@ -21,6 +21,7 @@ from pathlib import Path
 from agentpost.catalogue import Chapter
 from agentpost.evidence.comparison_pages import comparison_table, forest_plot
 from agentpost.evidence.comparisons import Computed
+from agentpost.evidence.escape import code
 from agentpost.record.recording import SCRAP_MIME, _jsonable, format_value, value_html
 
 FIELDS = ("verdict", "estimate", "ci_low", "ci_high", "mde", "seeds")
@@ -96,7 +97,7 @@ def verdicts_notebook(chapter: Chapter, computed: dict[str, list[Computed]], out
             )
             png.unlink()
         outputs += [_glue_output(name, value) for name, value in glued_values(profile, rows).items()]
-        cells.append(_cell("markdown", f"## Profile `{profile}`\n\n" + "\n".join(comparison_table(rows))))
+        cells.append(_cell("markdown", f"## Profile {code(profile)}\n\n" + "\n".join(comparison_table(rows))))
         source = (
             "from agentpost.evidence.comparisons import compute\n"
             f"compute({chapter.id!r}, {profile!r})  # recomputes these values from the runs on this machine"

@@ -44,7 +44,6 @@ PROFILE_KEYS = {"seeds", "parameters", "description", "timeout_s", "resources", 
 #: Per-run resources a profile may ask for, and their defaults.
 RESOURCE_DEFAULTS = {"num_cpus": 1, "num_gpus": 0}
 DEFAULT_MAX_RETRIES = 1
-PROFILE_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]*$")
 #: Seeds numpy, torch and python's random all accept.
 SEED_RANGE = (0, 2**32 - 1)
 _RANGE = re.compile(r"\(range:\s*(?P<low>[^()]*?)\s*\.\.\s*(?P<high>[^()]*?)\s*\)")
@@ -383,11 +382,11 @@ def check_parameters(
 def load_profile(chapter: Chapter, profile: str) -> dict:
     """The profile file ``params/<chapter>/<profile>.yaml``; ``profile`` must be an identifier naming one of them,
     so nothing outside the repository is ever read or written through a profile name."""
-    known = chapter.profiles
-    if not isinstance(profile, str) or not PROFILE_NAME.match(profile) or profile not in known:
+    known = rc.profiles(chapter)
+    if not isinstance(profile, str) or not rc.PROFILE_NAME.match(profile) or profile not in known:
         what = (
             "is not a profile name (lower-case letters, digits, _ and -)"
-            if not PROFILE_NAME.match(str(profile))
+            if not rc.PROFILE_NAME.match(str(profile))
             else "is not a profile"
         )
         raise UsageError(
