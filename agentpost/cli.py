@@ -129,7 +129,7 @@ def _cmd_validate(args) -> int:
     from agentpost.evidence.certificates import certificate_dir
     from agentpost.evidence.certificates import problems as certificate_problems
     from agentpost.evidence.levels import UNKNOWN, configurations, counted_configuration, group_runs
-    from agentpost.evidence.validate import check_run, gpu_evidence_problems
+    from agentpost.evidence.validate import check_run, copied_seeds, gpu_evidence_problems
 
     paths = [Path(p) for p in args.paths] or [rc.runs_root()]
     if args.paths and any(not p.exists() for p in paths):
@@ -167,7 +167,12 @@ def _cmd_validate(args) -> int:
                     "repository's)"
                 )
     for (chapter, profile), group in sorted(runs.items()):
-        if profile == "smoke" or (chapter, profile) == UNKNOWN:  # receipts naming no catalogue profile
+        if (chapter, profile) == UNKNOWN:  # receipts naming no catalogue profile
+            continue
+        for seeds in copied_seeds([r.receipt for r in counted_configuration(group)]):
+            problems.append(why := f"{chapter}/{profile}: {_copies(seeds)}")
+            print(f"INVALID {why}")
+        if profile == "smoke":
             continue
         reasons = gpu_evidence_problems([r.receipt for r in counted_configuration(group)])
         print(
@@ -176,6 +181,13 @@ def _cmd_validate(args) -> int:
         )
     print(f"{len(reports)} run(s) checked, {len(problems)} problem(s)")
     return 1 if problems else 0
+
+
+def _copies(seeds: list[int]) -> str:
+    return (
+        f"seeds {seeds} recorded identical metrics or near-identical per-item outcomes: one run copied, not "
+        "replications; the ledger never counts this configuration"
+    )
 
 
 def _cmd_ledger(args) -> int:
@@ -246,6 +258,11 @@ def _cmd_compare(args) -> int:
                 f"  {c.comparison.id}: seeds {sorted(c.copies)} recorded the same outcomes as seeds "
                 f"{[c.copies[s] for s in sorted(c.copies)]}; a copy is not a replication and was left out"
             )
+    from agentpost.evidence.comparisons import configuration_runs
+    from agentpost.evidence.validate import copied_seeds
+
+    for seeds in copied_seeds([r.receipt for r in configuration_runs(args.chapter, args.profile, runs)]):
+        print(f"  {_copies(seeds)}")
     return _malformed(runs)
 
 
