@@ -665,13 +665,19 @@ def _matches(values: list[float], derived: list[float]) -> bool:
     return any(math.isclose(v, d, rel_tol=DERIVED_RTOL, abs_tol=1e-12) for v in values for d in derived)
 
 
-@functools.lru_cache(maxsize=None)
 def derived_summaries(chapter_id: str) -> dict[str, tuple[tuple[str, str], ...]]:
     """``{glued name: the (outcomes scrap, kind) it summarises}`` for every number the chapter's notebook records
     that is an arm's mean or two arms' mean difference of its per-item outcomes (:func:`outcome_statistics`; which
     arm may depend on the run: "the best baseline"), learnt from the chapter's committed notebook (the repository's,
     reviewed; a forger of runs cannot change it). Only a float that matches to :data:`DERIVED_RTOL` and is no round
     number (a rounded summary, an accuracy of 1.0) makes a link, so a coincidence does not."""
+    from agentpost.project import project_root
+
+    return _derived_summaries(chapter_id, str(project_root()))
+
+
+@functools.lru_cache(maxsize=None)
+def _derived_summaries(chapter_id: str, root: str) -> dict[str, tuple[tuple[str, str], ...]]:
     scraps = read_scraps(rc.source_notebook(chapter_id))
     stats = outcome_statistics(scraps)
     links = {}
@@ -708,9 +714,11 @@ def derivation_problems(r: dict) -> list[tuple[str, str]]:
 
 
 #: Seeds whose per-item outcomes differ by at most this fraction of the items' spread, on every arm, are one run
-#: copied (:func:`near_copies`). Measured on the committed cpu runs (book/receipts.md): of 3,999 pairs of distinct
+#: copied (:func:`near_copies`). Measured on the committed cpu runs (book/receipts.md): of 3,979 pairs of distinct
 #: seeds that scored the same items, the closest differ by 0.15 of the spread (kite, seeds 84 and 85).
 NEAR_COPY_RATIO = 0.02
+#: Two values of one item closer than this (relative, at least absolute) count as equal: last-bit noise or a nudge.
+NEAR_COPY_RTOL = 1e-6
 
 
 def near_copies(receipts: list[dict]) -> list[tuple[int, int]]:
@@ -739,7 +747,9 @@ def near_copies(receipts: list[dict]) -> list[tuple[int, int]]:
                 x = np.asarray([outcomes[name]["arms"][arm] for _, outcomes in group], dtype=np.float64)
                 spread = np.abs(x - x.mean(axis=1, keepdims=True)).mean(axis=1)
                 for i in range(len(group)):
-                    dist = np.abs(x - x[i]).mean(axis=1)
+                    diff = np.abs(x - x[i])
+                    diff[diff <= NEAR_COPY_RTOL * np.maximum(1.0, np.abs(x[i]))] = 0.0  # a nudge is no difference
+                    dist = diff.mean(axis=1)
                     pair_spread = (spread + spread[i]) / 2
                     with np.errstate(divide="ignore", invalid="ignore"):
                         r_i = np.where(dist == 0, 0.0, np.where(pair_spread > 0, dist / pair_spread, np.inf))

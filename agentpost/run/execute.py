@@ -33,6 +33,7 @@ from papermill.exceptions import PapermillExecutionError
 from traitlets.config import Config
 
 from agentpost.catalogue import chapter as get_chapter
+from agentpost.errors import UsageError
 from agentpost.evidence import receipt as rc
 from agentpost.evidence.desensitize import desensitize_text
 from agentpost.record.environment import device_info, package_versions
@@ -64,6 +65,41 @@ def sanitize_notebook(nb: dict) -> dict:
 
 #: Scratch folders in $TMPDIR: ``<prefix><pid of the process that made it>-<random>`` (see :func:`reclaim_scratch`).
 SCRATCH_PREFIXES = ("agentpost-run-", "agentpost-k")  # short: a kernel socket path has at most 107 bytes
+
+
+#: The longest path a Unix socket may have (``sun_path`` holds 108 bytes with the terminating NUL).
+SOCKET_PATH_MAX = 107
+#: What :func:`kernel_config` adds to $TMPDIR at most: ``/<prefix><pid, 7 digits>-<8 random>/kernel-<2-digit port>``.
+_SOCKET_SUFFIX = len(f"/{SCRATCH_PREFIXES[1]}{'9' * 7}-{'x' * 8}/kernel-99")
+
+
+def check_scratch() -> None:
+    """$TMPDIR can hold a run's scratch and its kernel's sockets, checked before any run starts: a path too long
+    for a Unix socket would fail in the kernel's start-up (ZMQError: File name too long)."""
+    tmp = tempfile.gettempdir()
+    longest = len(os.fsencode(tmp)) + _SOCKET_SUFFIX
+    if longest > SOCKET_PATH_MAX:
+        raise UsageError(
+            f"TMPDIR={tmp} is too long for a kernel's sockets ({longest} bytes of a socket path, at most "
+            f"{SOCKET_PATH_MAX}): set TMPDIR to a folder with a path of at most {SOCKET_PATH_MAX - _SOCKET_SUFFIX} bytes"
+        )
+    if not os.access(tmp, os.W_OK | os.X_OK):
+        raise UsageError(f"TMPDIR={tmp} is not a writable folder")
+
+
+def kernel_config(sockets: str) -> Config:
+    """The kernel's transport: its sockets and its connection file inside ``sockets``, this run's scratch folder,
+    so nothing of a kernel stays in $TMPDIR once the folder is removed (by :func:`reclaim_scratch` after a kill
+    -9)."""
+    return Config(
+        {
+            "KernelManager": {
+                "transport": "ipc",
+                "ip": os.path.join(sockets, "kernel"),
+                "connection_file": os.path.join(sockets, "kernel.json"),
+            }
+        }
+    )
 
 
 def reclaim_scratch() -> int:
@@ -195,7 +231,7 @@ def execute_papermill(
     hand" controls of :mod:`agentpost.book.walkthrough`) is not stored: it serves a live front end only, and each
     such cell's output already carries its static view."""
     with tempfile.TemporaryDirectory(prefix=f"{SCRATCH_PREFIXES[1]}{os.getpid()}-") as sockets:
-        transport = Config({"KernelManager": {"transport": "ipc", "ip": os.path.join(sockets, "kernel")}})
+        transport = kernel_config(sockets)
         try:
             papermill.execute_notebook(
                 str(source),

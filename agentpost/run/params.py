@@ -36,6 +36,7 @@ import yaml
 
 from agentpost.catalogue import Chapter, chapter as get_chapter
 from agentpost.data.registry import DATASETS, DataChecksumError, DataMissingError, data_file
+from agentpost.data.registry import _candidates as _local_candidates
 from agentpost.errors import UsageError
 from agentpost.evidence import receipt as rc
 from agentpost.evidence.escape import brief
@@ -371,6 +372,11 @@ def check_parameters(
                 f"{source}: parameter {key!r} must be {like} like its default {brief(default)}, "
                 f"got {type(value).__name__} {brief(value)}"
             )
+        if isinstance(value, (list, dict)) and not value and default:
+            raise UsageError(
+                f"{source}: parameter {key!r} is empty, but its default {brief(default)} is not: a list or mapping "
+                "parameter (a grid, a set of budgets) needs at least one element"
+            )
         if why := non_finite_problem(value, declared.get(key)):
             raise UsageError(f"{source}: parameter {key!r} = {brief(value)}: {why}")
         if key in declared and (why := declared[key].problem(value)):
@@ -504,8 +510,19 @@ def parse_seeds(text: str | None, profile_seeds: Any, source: str) -> list[int]:
 
 
 def check_data(chapter: Chapter) -> None:
-    """Every data file of the chapter exists and matches its SOURCE.md checksum."""
+    """Every data file of the chapter exists and matches its SOURCE.md checksum. A data folder named by
+    ``AGENTPOST_DATA`` must hold the chapter's data sets when no local copy exists elsewhere: a user who named a
+    folder is told at once, not after a wait on the hub."""
+    import os
+
+    named = os.environ.get("AGENTPOST_DATA")
     for name in chapter.datasets:
+        local = [p for p in _local_candidates(name) if p.is_dir()]
+        if named and not local:
+            raise UsageError(
+                f"{chapter.id}: AGENTPOST_DATA={named} holds no {name}/ folder (nor does ../shared/data beside the "
+                "checkout); point it at the folder holding the data sets, or unset it to use the default"
+            )
         for filename in DATASETS[name]:
             try:
                 data_file(name, filename)
