@@ -246,13 +246,15 @@ def _check_run(run_dir: Path) -> Report:
         report.malformed = f"{field_name}: {message}"
         return report
 
-    receipt_path, nb_path = run_dir / rc.RECEIPT_NAME, run_store.notebook_path(run_dir)
-    if rc.misplaced(run_dir):
+    def stray() -> Report:  # a receipt under the runs root where no run is written: named, never a run
         return malformed(
-            "folder",
-            "stray receipt, not in a <chapter>/<profile>/seed-<seed>-<key> folder; never a run (remove it)",
+            "folder", "stray receipt, not in a <chapter>/<profile>/seed-<seed>-<key> folder; never a run (remove it)"
         )
+
+    receipt_path, nb_path = run_dir / rc.RECEIPT_NAME, run_store.notebook_path(run_dir)
     if not receipt_path.is_file() or not nb_path.is_file():
+        if rc.misplaced(run_dir):
+            return stray()
         bad("files", f"needs {rc.RECEIPT_NAME} and {rc.STORED_NOTEBOOK_NAME} (or, before schema 5, {rc.NOTEBOOK_NAME})")
         return report
     outcomes_path = run_dir / run_store.OUTCOMES_NAME
@@ -267,6 +269,8 @@ def _check_run(run_dir: Path) -> Report:
     report.receipt = raw if isinstance(raw, dict) else {}
     if not isinstance(raw, dict):
         return malformed(rc.RECEIPT_NAME, "not a JSON object")
+    if rc.misplaced(run_dir):
+        return stray()
     version = raw.get("schema_version")
     model = rc.MODELS.get(version) if isinstance(version, int) and not isinstance(version, bool) else None
     if model is None:

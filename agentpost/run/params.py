@@ -520,8 +520,8 @@ def check_data(chapter: Chapter) -> None:
         local = [p for p in _local_candidates(name) if p.is_dir()]
         if named and not local:
             raise UsageError(
-                f"{chapter.id}: AGENTPOST_DATA={named} holds no {name}/ folder (nor does ../shared/data beside the "
-                "checkout); point it at the folder holding the data sets, or unset it to use the default"
+                f"{chapter.id}: data set {name!r} not found: AGENTPOST_DATA={named} holds no {name}/ folder (nor "
+                "does ../shared/data beside the checkout); point it at the folder holding the data sets, or unset it"
             )
         for filename in DATASETS[name]:
             try:
