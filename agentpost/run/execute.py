@@ -90,14 +90,16 @@ def check_scratch() -> None:
 def kernel_config(sockets: str) -> Config:
     """The kernel's transport: its sockets and its connection file inside ``sockets``, this run's scratch folder,
     so nothing of a kernel stays in $TMPDIR once the folder is removed (by :func:`reclaim_scratch` after a kill
-    -9)."""
+    -9). The kernel is ended at once when the run ends or is stopped: a graceful shutdown request sent while a
+    cell still runs (a stopped batch) made the kernel print a ZMQError traceback as its sockets closed."""
     return Config(
         {
             "KernelManager": {
                 "transport": "ipc",
                 "ip": os.path.join(sockets, "kernel"),
                 "connection_file": os.path.join(sockets, "kernel.json"),
-            }
+            },
+            "NotebookClient": {"shutdown_kernel": "immediate"},
         }
     )
 
