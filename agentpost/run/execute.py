@@ -69,19 +69,28 @@ SCRATCH_PREFIXES = ("agentpost-run-", "agentpost-k")  # short: a kernel socket p
 
 #: The longest path a Unix socket may have (``sun_path`` holds 108 bytes with the terminating NUL).
 SOCKET_PATH_MAX = 107
-#: What :func:`kernel_config` adds to $TMPDIR at most: ``/<prefix><pid, 7 digits>-<8 random>/kernel-<2-digit port>``.
-_SOCKET_SUFFIX = len(f"/{SCRATCH_PREFIXES[1]}{'9' * 7}-{'x' * 8}/kernel-99")
+
+
+def _socket_suffix() -> int:
+    """What :func:`kernel_config` adds to $TMPDIR at most: ``/<prefix><pid>-<8 random>/kernel-<port>``, a pid of at
+    most the system's pid_max digits and a port of one digit (a fresh folder's five sockets are numbered 1..5)."""
+    try:
+        pid_digits = len(str(int(Path("/proc/sys/kernel/pid_max").read_text()) - 1))
+    except (OSError, ValueError):
+        pid_digits = 7  # Linux's largest pid_max, 4194304
+    return len(f"/{SCRATCH_PREFIXES[1]}") + pid_digits + len("-xxxxxxxx/kernel-1")
 
 
 def check_scratch() -> None:
     """$TMPDIR can hold a run's scratch and its kernel's sockets, checked before any run starts: a path too long
     for a Unix socket would fail in the kernel's start-up (ZMQError: File name too long)."""
     tmp = tempfile.gettempdir()
-    longest = len(os.fsencode(tmp)) + _SOCKET_SUFFIX
+    suffix = _socket_suffix()
+    longest = len(os.fsencode(tmp)) + suffix
     if longest > SOCKET_PATH_MAX:
         raise UsageError(
             f"TMPDIR={tmp} is too long for a kernel's sockets ({longest} bytes of a socket path, at most "
-            f"{SOCKET_PATH_MAX}): set TMPDIR to a folder with a path of at most {SOCKET_PATH_MAX - _SOCKET_SUFFIX} bytes"
+            f"{SOCKET_PATH_MAX}): set TMPDIR to a folder with a path of at most {SOCKET_PATH_MAX - suffix} bytes"
         )
     if not os.access(tmp, os.W_OK | os.X_OK):
         raise UsageError(f"TMPDIR={tmp} is not a writable folder")
