@@ -230,7 +230,10 @@ def _profile_of(chapter_id: str, profile: str):
 
 def _cmd_compare(args) -> int:
     from agentpost.evidence.comparisons import compute
+    from agentpost.evidence.comparisons import configuration_runs
+    from agentpost.evidence.design_checks import summary as design_summary
     from agentpost.evidence.levels import collect_runs
+    from agentpost.evidence.validate import copied_seeds
 
     _profile_of(args.chapter, args.profile)
     runs = collect_runs()  # every run, as list and the ledger see them: a stray receipt anywhere is named below
@@ -250,6 +253,11 @@ def _cmd_compare(args) -> int:
             f"{_num(r.get('estimate')):>10} {ci:>22} {_num(r.get('mde'), '.3g'):>8} "
             f"{c.comparison.min_effect:>7.3g} {shape:>13}  {c.verdict}"
         )
+    print("Design checks (agentpost.evidence.design_checks: no harm, competence, headroom, tuning, identity):")
+    for c in computed:
+        print(f"  {c.comparison.id}: {design_summary(c.checks)}")
+        for check in c.checks:
+            print(f"    {check.line()}")
     for c in computed:
         if c.problem:
             print(f"  {c.comparison.id}: not computed: {c.problem}")
@@ -258,9 +266,6 @@ def _cmd_compare(args) -> int:
                 f"  {c.comparison.id}: seeds {sorted(c.copies)} recorded the same outcomes as seeds "
                 f"{[c.copies[s] for s in sorted(c.copies)]}; a copy is not a replication and was left out"
             )
-    from agentpost.evidence.comparisons import configuration_runs
-    from agentpost.evidence.validate import copied_seeds
-
     for seeds in copied_seeds([r.receipt for r in configuration_runs(args.chapter, args.profile, runs)]):
         print(f"  {_copies(seeds)}")
     return _malformed(runs)

@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from agentpost.evidence.comparisons import Computed
+from agentpost.evidence.design_checks import design_section, summary as design_summary
 from agentpost.evidence.escape import escape_cell
 
 #: Colour of each verdict class in the forest plot (None: not computed).
@@ -146,6 +147,7 @@ def comparisons_section(
         "",
     ]
     lines += comparison_table(computed)
+    lines += design_section(computed)
     copies = {s: o for c in computed for s, o in c.copies.items()}
     if copies:
         lines += [
@@ -173,13 +175,13 @@ def headline_section(computed_all: dict[tuple[str, str], list[Computed]]) -> str
         "Each chapter's headline comparisons, computed across its seed runs (details and forest plots on the "
         "evidence pages). *Conclusive* means a difference that matters or practical equivalence.",
         "",
-        "| chapter | profile | comparison | claim | verdict | conclusive | seeds |",
-        "|---|---|---|---|---|---|---|",
+        "| chapter | profile | comparison | claim | verdict | conclusive | seeds | design |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for (chapter_id, profile), c in rows:
         verdict = c.verdict if c.result else f"not computed: {escape_cell(c.problem)}"
         lines.append(
             f"| {chapter_id} | {profile} | `{c.comparison.id}` | {c.comparison.claim} | {verdict} "
-            f"| {'yes' if c.conclusive else 'no'} | {len(c.seeds)} |"
+            f"| {'yes' if c.conclusive else 'no'} | {len(c.seeds)} | {design_summary(c.checks)} |"
         )
     return "\n".join(lines) + "\n"

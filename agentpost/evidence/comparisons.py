@@ -36,6 +36,7 @@ class Computed:
     result: dict | None = None
     problem: str | None = None
     facts: dict = field(default_factory=dict)  # arm -> facts of the first seed (what the arms did)
+    checks: list = field(default_factory=list)  # design checks (agentpost.evidence.design_checks.Check)
 
     @property
     def verdict(self) -> str:
@@ -48,6 +49,11 @@ class Computed:
     @property
     def conclusive(self) -> bool:
         return self.verdict_class in CONCLUSIVE_CLASSES
+
+    @property
+    def design_failures(self) -> list:
+        """The design checks that failed or could not be computed (an empty list: the design is sound)."""
+        return [c for c in self.checks if not c.ok]
 
 
 def _seed_outcomes(runs, metric: str) -> dict[int, tuple[dict, str]]:
@@ -154,10 +160,15 @@ def configuration_runs(chapter_id: str, profile: str, runs: dict | None = None) 
 
 
 def compute(chapter_id: str, profile: str, runs: dict | None = None) -> list[Computed]:
-    """Every declared comparison of ``chapter_id`` over the counted configuration of ``profile``."""
+    """Every declared comparison of ``chapter_id`` over the counted configuration of ``profile``, with its design
+    checks (:mod:`agentpost.evidence.design_checks`)."""
+    from agentpost.evidence.design_checks import attach
+
     chapter: Chapter = chapter_of(chapter_id)
     group = configuration_runs(chapter_id, profile, runs)
-    return [compute_one(chapter_id, profile, c, group) for c in chapter.comparisons]
+    computed = [compute_one(chapter_id, profile, c, group) for c in chapter.comparisons]
+    attach(chapter_id, computed, group)
+    return computed
 
 
 def compute_all(runs: dict) -> dict[tuple[str, str], list[Computed]]:

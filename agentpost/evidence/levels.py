@@ -212,9 +212,76 @@ def _declared_outcome(computed: list) -> str:
     return "; ".join(parts)
 
 
+@dataclass
+class _Reading:
+    """What one profile's counted configuration says about a claim (one candidate for the ledger's row)."""
+
+    profile: str
+    reached: set
+    seeds: list
+    current: bool
+    note: str
+    outcome: str
+    blocked: str = ""  # why design checks keep the claim at mechanism ("" when they pass)
+
+    @property
+    def strength(self) -> tuple:
+        """Orders readings: the higher level, current over stale, more replications. Design checks do not order
+        them: a weaker profile whose checks pass never stands in for a stronger one whose checks fail."""
+        top = max((LEVELS.index(lvl) for lvl in self.reached), default=0)
+        return (top, self.current, len(self.seeds), self.profile)
+
+    def short(self) -> str:
+        level = "blocked" if self.blocked else max(self.reached, key=LEVELS.index)
+        return f"{self.profile}: {level}, {len(self.seeds)} seeds" + (f" ({self.outcome})" if self.outcome else "")
+
+
+def _blocked(chapter: Chapter, mine: list) -> str:
+    """Why the claim's headline comparisons cannot lift it above mechanism (design checks that failed), or ""."""
+    from agentpost.evidence.design_checks import summary
+
+    bad = [c for c in mine if c.comparison.headline and c.design_failures]
+    return "; ".join(f"{c.comparison.id}: {summary(c.checks)}" for c in bad)
+
+
+def _reading(chapter, claim, profile, chapter_runs, mine, min_seeds) -> _Reading | str | None:
+    """One profile's reading of the claim; a string when its runs cannot count (why), None when it has none."""
+    group = [r for r in counted_configuration(chapter_runs) if r.valid_ok and not r.adhoc]
+    seeds = {r.receipt["seed"] for r in group}
+    if mine:  # declared comparisons count distinct replications only (copies are left out)
+        seeds = set().union(*(c.seeds for c in mine))
+    if len(seeds) < min_seeds or not _has_metrics(group, claim.metrics):
+        return None
+    receipts = [r.receipt for r in group]
+    if copies := copied_seeds(receipts):
+        return f"profile {profile}: seeds {copies} recorded identical metrics (copies); never counted"
+    if chapter.synthetic or claim.synthetic:
+        return "synthetic data: never counts as a diagnostic"
+    on_gpu = not gpu_evidence_problems(receipts)
+    level = "reproduction" if profile == "reproduction" and on_gpu else "gpu-diagnostic" if on_gpu else "diagnostic"
+    # A GPU (or reproduction) configuration is also the diagnostic run at a larger scale.
+    reached = (
+        {"diagnostic"} | ({"gpu-diagnostic"} if on_gpu else set()) | ({level} if level == "reproduction" else set())
+    )
+    stale = sorted({s.split(".")[-1] for r in group for s in r.current_stale})
+    certified = sorted({c for r in group for c in r.certified_by})
+    note = f"profile {profile}, seeds {sorted(seeds)}" + (
+        f", STALE: made with older {', '.join(stale)}"
+        if stale
+        else f", re-certified on the current code ({', '.join(certified)})"
+        if certified
+        else ""
+    )
+    outcome = _declared_outcome(mine) or _outcome(group, claim.metrics)
+    return _Reading(profile, reached, sorted(seeds), not stale, note, outcome, _blocked(chapter, mine))
+
+
 def claim_status(
     chapter: Chapter, claim: Claim, tests: dict, runs: dict[tuple[str, str], list[Run]], computed: dict | None = None
 ) -> ClaimStatus:
+    """The levels a claim reached, read from its strongest profile (GPU over CPU, current over stale, more
+    replications over fewer; when its headline design checks fail the claim stays at mechanism), with every other
+    profile's reading listed beside it. Independent of the order of ``runs``."""
     levels = dict.fromkeys(LEVELS, False)
     notes = {}
     t = tests.get(f"{chapter.id}/{claim.id}")
@@ -224,44 +291,33 @@ def claim_status(
     else:
         notes["mechanism"] = "no test tied to this claim"
     min_seeds = config()["min_seeds"]
-    for (cid, profile), chapter_runs in runs.items():
+    readings, refusals = [], []
+    for (cid, profile), chapter_runs in sorted(runs.items()):
         if cid != chapter.id:
             continue
-        group = [r for r in counted_configuration(chapter_runs) if r.valid_ok and not r.adhoc]
-        seeds = {r.receipt["seed"] for r in group}
         mine = [c for c in (computed or {}).get((cid, profile), []) if c.comparison.claim == claim.id]
-        if mine:  # declared comparisons count distinct replications only (copies are left out)
-            seeds = set().union(*(c.seeds for c in mine))
-        if len(seeds) < min_seeds or not _has_metrics(group, claim.metrics):
-            continue
-        receipts = [r.receipt for r in group]
-        if copies := copied_seeds(receipts):
+        found = _reading(chapter, claim, profile, chapter_runs, mine, min_seeds)
+        if isinstance(found, str):
+            refusals.append(found)
+        elif found is not None:
+            readings.append(found)
+    if refusals:
+        notes["diagnostic"] = "; ".join(refusals)
+    if readings:
+        best, *others = sorted(readings, key=lambda r: r.strength, reverse=True)
+        if best.blocked:
             notes["diagnostic"] = (
-                f"profile {profile}: seeds {copies} recorded identical metrics (copies); never counted"
+                f"{best.note}: NOT COUNTED, the headline's design checks fail ({best.blocked}); the claim stays at "
+                "mechanism until the experiment can answer it"
             )
-            continue
-        on_gpu = not gpu_evidence_problems(receipts)
-        level = "reproduction" if profile == "reproduction" and on_gpu else "gpu-diagnostic" if on_gpu else "diagnostic"
-        if chapter.synthetic or claim.synthetic:
-            notes["diagnostic"] = "synthetic data: never counts as a diagnostic"
-            continue
-        # A GPU (or reproduction) configuration is also the diagnostic run at a larger scale.
-        reached = (
-            {"diagnostic"} | ({"gpu-diagnostic"} if on_gpu else set()) | ({level} if level == "reproduction" else set())
-        )
-        stale = sorted({s.split(".")[-1] for r in group for s in r.current_stale})
-        certified = sorted({c for r in group for c in r.certified_by})
-        for lvl in reached:
-            levels[lvl] = True
-            notes[lvl] = f"profile {profile}, seeds {sorted(seeds)}" + (
-                f", STALE: made with older {', '.join(stale)}"
-                if stale
-                else f", re-certified on the current code ({', '.join(certified)})"
-                if certified
-                else ""
-            )
-        if outcome := _declared_outcome(mine) or _outcome(group, claim.metrics):
-            notes["outcome"] = outcome
+        else:
+            for lvl in best.reached:
+                levels[lvl] = True
+                notes[lvl] = best.note
+        if best.outcome:
+            notes["outcome"] = best.outcome
+        if others:
+            notes["other profiles"] = "; ".join(r.short() for r in others)
     if not claim.metrics:
         notes.setdefault("diagnostic", "no metric is tied to this claim")
     return ClaimStatus(chapter, claim, levels, notes)

@@ -511,6 +511,8 @@ def _label(cls: str, direction: str | None) -> str:
         return direction
     if cls == "detectable":
         return f"{direction}, may be negligible"
+    if cls == "equivalent" and direction:  # inside the margin, yet the 95% CI excludes 0: say which way
+        return f"equivalent, detectably {direction}"
     return cls.replace("_", " ")
 
 

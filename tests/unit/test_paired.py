@@ -228,7 +228,8 @@ def test_verdict_classes_by_hand():
         (-0.5, 0.2, "matters", "worse", "worse"),
         (0.3, 0.2, "detectable", "better, may be negligible", "better"),  # [0.0516, 0.5484]: excludes 0, spans 0.2
         (0.0, 0.2, "equivalent", "equivalent", None),  # 90% CI [-0.1686, 0.1686] inside (-0.2, 0.2)
-        (0.3, 0.5, "equivalent", "equivalent", "better"),  # 90% [0.1314, 0.4686] inside (-0.5, 0.5); 95% excludes 0
+        # 90% CI [0.1314, 0.4686] inside (-0.5, 0.5) and the 95% CI excludes 0: the label keeps the direction
+        (0.3, 0.5, "equivalent", "equivalent, detectably better", "better"),
         (0.1, 0.2, "inconclusive", "inconclusive", None),  # 95% [-0.148, 0.348]; 90% upper 0.2686 > 0.2
     ]
     for m, delta, cls, verdict, direction in cases:
@@ -354,7 +355,7 @@ def test_argument_types():
     assert math.isnan(r.t_stat) and math.isnan(r.p_value) and math.isnan(r.mde) and "deterministic" in r.method
     assert (
         run({s: [1.0, 2.0] for s in range(3)}, {s: [1.5, 2.5] for s in range(3)}, min_effect=1.0).verdict
-        == "equivalent"
+        == "equivalent, detectably worse"
     )
     with pytest.raises(ProtocolError, match="outside the declared bounds"):
         run(TOY_A, TOY_B, bounds=(0, 1))
