@@ -7,7 +7,7 @@ import time
 import nbformat
 
 from agentpost.evidence.receipt import write_atomic
-from agentpost.run.execute import execute_papermill, sanitize_notebook
+from agentpost.run.execute import check_scratch, execute_papermill, sanitize_notebook
 from agentpost.run.params import started_chapter
 
 
@@ -16,6 +16,7 @@ def refresh_notebook(chapter_id: str) -> float:
 
     A failing cell raises papermill's error and leaves the committed notebook as it was."""
     chapter, _ = started_chapter(chapter_id)
+    check_scratch()
     tmp = chapter.notebook.with_name(f".{chapter.id}.refresh.ipynb")
     t0 = time.perf_counter()
     try:
