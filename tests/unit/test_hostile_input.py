@@ -323,6 +323,37 @@ def test_a_receipt_downgraded_to_schema_3_is_stale_or_invalid(project, capsys):
     assert code == 1 and "outcomes.parquet: present but the receipt seals none" in out
 
 
+def test_a_run_rewritten_as_schema_4_validates_but_is_stale(project, capsys):
+    """A consistent downgrade to schema 4 (the notebook and outcomes back in JSON, imported files by their bytes'
+    sha256, resealed) loses the code-hash rules; it still validates, but is refused as current and not counted with
+    the current seeds."""
+    from agentpost.record.hashing import sha256_file
+
+    folder = seeds(project)[46]
+    receipt = json.loads((folder / rc.RECEIPT_NAME).read_text())
+    outcomes = (folder / run_store.OUTCOMES_NAME).read_bytes()
+    nb = json.loads(run_store.read_notebook_text(folder / rc.STORED_NOTEBOOK_NAME))
+    nb, metrics = run_store.inflate(nb, receipt["metrics"], outcomes)
+    text = json.dumps(nb, indent=1, sort_keys=True, ensure_ascii=False) + "\n"
+    for name in (rc.STORED_NOTEBOOK_NAME, run_store.OUTCOMES_NAME):
+        (folder / name).unlink()
+    (folder / rc.NOTEBOOK_NAME).write_text(text)
+    for key in ("notebook_code", "outcomes_sha256"):
+        receipt.pop(key)
+    receipt |= {
+        "schema_version": 4,
+        "metrics": metrics,
+        "imported_code": {rel: sha256_file(rc.code_root() / rel) for rel in receipt["imported_code"]},
+    }
+    receipt["hashes"]["output_notebook"] = sha256_bytes(text.encode())
+    (folder / rc.RECEIPT_NAME).write_text(rc.dump(rc.seal(receipt)))
+
+    code, out = cli(capsys, "validate", str(folder))
+    assert code == 0 and f"STALE {folder.as_posix()}: made with older code (schema_version" in out, out
+    code, out = cli(capsys, "list")  # its configuration key differs too: the counted batch goes on without it
+    assert "cpu: 4 ok seed(s) [42, 43, 44, 45]" in out
+
+
 # ---------------------------------------------------------------- bad inputs, before any work
 
 
