@@ -270,6 +270,60 @@ def test_a_seed_copied_under_other_seeds_with_a_value_nudged_is_flagged(project,
     assert copied_seeds(copied) == [[42, 43, 44]]
 
 
+def copy_as_seed(source: Path, seed: int, nudge: float) -> Path:
+    """Seed ``source`` copied wholly as ``seed``, as a forger would (issue 47): the seed in the receipt, its
+    parameters and the notebook's injected cell and papermill record, the run key and the folder; one outcome
+    nudged by ``nudge`` (its per-arm text re-rendered) so the metrics are not identical; everything resealed."""
+    import shutil
+
+    old_seed = json.loads((source / rc.RECEIPT_NAME).read_text())["seed"]
+    folder = source.with_name(f"seed-{seed}-copy")
+    shutil.copytree(source, folder)
+    path = folder / rc.STORED_NOTEBOOK_NAME
+    nb = json.loads(run_store.read_notebook_text(path))
+    for cell in nb["cells"]:
+        if "injected-parameters" in cell["metadata"].get("tags", []):
+            text = "".join(cell["source"])
+            cell["source"] = text.replace(f"seed = {old_seed}\n", f"seed = {seed}\n")
+    nb["metadata"]["papermill"]["parameters"]["seed"] = seed
+    text = json.dumps(nb, indent=1, sort_keys=True, ensure_ascii=False) + "\n"
+    path.write_bytes(run_store.stored_notebook_bytes(text))
+
+    def relabel(r):
+        r["seed"], r["parameters"]["seed"] = seed, seed
+        r["hashes"]["output_notebook"] = sha256_bytes(text.encode())
+
+    def nudged(stored):
+        first = stored[sorted(stored)[0]]
+        first["arms"][sorted(first["arms"])[0]][0] += nudge
+
+    reseal(folder, edit_receipt=relabel)
+    reseal(folder, edit_outcomes=nudged)
+
+    def keyed(r):
+        r["run_key"] = rc.run_key_of(r)
+
+    reseal(folder, edit_receipt=keyed)
+    key = json.loads((folder / rc.RECEIPT_NAME).read_text())["run_key"]
+    return folder.rename(folder.with_name(f"seed-{seed}-{key}"))
+
+
+def test_a_seed_copied_wholly_as_two_more_seeds_is_never_three_replications(project, capsys):
+    """The issue's case: seed 42 copied as seeds 47 and 48, one value nudged by 1e-9; before issue 47 the batch
+    counted seven replications. Each copy validates alone; the batch names them and never counts them."""
+    runs = seeds(project)
+    copies = [copy_as_seed(runs[42], 47, 1e-9), copy_as_seed(runs[42], 48, 2e-9)]
+    code, out = cli(capsys, "validate")
+    assert code == 1 and "0 problem(s)" not in out
+    assert "INVALID deltas/cpu: seeds [42, 47, 48] recorded identical metrics or near-identical" in out
+    assert not [line for line in out.splitlines() if line.startswith(f"INVALID {copies[0].as_posix()}")], out
+    cli(capsys, "ledger", "--claims-report", claims_report(project))
+    assert (
+        r"seeds \[\[42, 47, 48\]\] recorded identical metrics (copies); never counted"  # escaped on the page
+        in (project / "book" / "generated" / "ledger.md").read_text()
+    )
+
+
 def test_near_copies_measured_against_the_items_spread():
     """Two arms: a reference that every seed scores alike (deterministic) and a trained arm. Seeds agreeing on the
     reference alone are replications; seeds agreeing on both within 2% of the spread are one run copied."""
