@@ -317,6 +317,8 @@ def test_a_seed_copied_wholly_as_two_more_seeds_is_never_three_replications(proj
     assert code == 1 and "0 problem(s)" not in out
     assert "INVALID deltas/cpu: seeds [42, 47, 48] recorded identical metrics or near-identical" in out
     assert not [line for line in out.splitlines() if line.startswith(f"INVALID {copies[0].as_posix()}")], out
+    code, out = cli(capsys, "compare", CHAPTER, "--profile", "cpu")
+    assert "5 x 900" in out and "seeds [47, 48] recorded the same outcomes as seeds [42, 42]" in out  # left out
     cli(capsys, "ledger", "--claims-report", claims_report(project))
     assert (
         r"seeds \[\[42, 47, 48\]\] recorded identical metrics (copies); never counted"  # escaped on the page
