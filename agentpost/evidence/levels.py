@@ -148,7 +148,8 @@ def read_claims_report(path: Path | None = None) -> dict:
     counts = ("passed", "failed")
     for key, outcome in report.items() if isinstance(report, dict) else [(None, None)]:
         if not (
-            isinstance(outcome, dict) and all(type(outcome.get(c)) is int and outcome[c] >= 0 for c in counts)  # noqa: E721 - not bool
+            isinstance(outcome, dict)
+            and all(type(outcome.get(c)) is int and outcome[c] >= 0 for c in counts)  # a bool is no count
         ):
             raise UsageError(
                 f"claims report {path} must map '<chapter>/<claim>' to {{'passed': n, 'failed': n, ...}} "
