@@ -44,13 +44,14 @@ def _cmd_list(args) -> int:
     from agentpost.evidence import receipt as rc
     from agentpost.evidence.levels import group_runs
     from agentpost.evidence.validate import check_run
+    from agentpost.catalogue.params import profiles
 
     runs, adhoc = group_runs([check_run(d, outcomes=False) for d in rc.run_dirs()])
     print(f"{'chapter':18} {'status':12} {'profiles':16} counted evidence")
     for ch in chapters():
         status = "started" if ch.started else "not started"
         newest = [f"{profile}: {_describe(rs)}" for (cid, profile), rs in sorted(runs.items()) if cid == ch.id]
-        print(f"{ch.id:18} {status:12} {','.join(ch.profiles) or '-':16} {'; '.join(newest) or '-'}")
+        print(f"{ch.id:18} {status:12} {','.join(profiles(ch)) or '-':16} {'; '.join(newest) or '-'}")
     if adhoc:
         print("\nad-hoc runs (made with -p overrides; never a profile's evidence):")
         for (cid, profile), rs in sorted(adhoc.items()):
@@ -128,7 +129,7 @@ def _cmd_validate(args) -> int:
     from agentpost.evidence.certificates import certificate_dir
     from agentpost.evidence.certificates import problems as certificate_problems
     from agentpost.evidence.levels import UNKNOWN, configurations, counted_configuration, group_runs
-    from agentpost.evidence.validate import check_run, gpu_evidence_problems
+    from agentpost.evidence.validate import check_run, copied_seeds, gpu_evidence_problems
 
     paths = [Path(p) for p in args.paths] or [rc.runs_root()]
     if args.paths and any(not p.exists() for p in paths):
@@ -166,7 +167,12 @@ def _cmd_validate(args) -> int:
                     "repository's)"
                 )
     for (chapter, profile), group in sorted(runs.items()):
-        if profile == "smoke" or (chapter, profile) == UNKNOWN:  # receipts naming no catalogue profile
+        if (chapter, profile) == UNKNOWN:  # receipts naming no catalogue profile
+            continue
+        for seeds in copied_seeds([r.receipt for r in counted_configuration(group)]):
+            problems.append(why := f"{chapter}/{profile}: {_copies(seeds)}")
+            print(f"INVALID {why}")
+        if profile == "smoke":
             continue
         reasons = gpu_evidence_problems([r.receipt for r in counted_configuration(group)])
         print(
@@ -175,6 +181,13 @@ def _cmd_validate(args) -> int:
         )
     print(f"{len(reports)} run(s) checked, {len(problems)} problem(s)")
     return 1 if problems else 0
+
+
+def _copies(seeds: list[int]) -> str:
+    return (
+        f"seeds {seeds} recorded identical metrics or near-identical per-item outcomes: one run copied, not "
+        "replications; the ledger never counts this configuration"
+    )
 
 
 def _cmd_ledger(args) -> int:
@@ -199,13 +212,15 @@ def _num(x, spec: str = "+.4g") -> str:
 
 def _profile_of(chapter_id: str, profile: str):
     from agentpost.catalogue import chapter
+    from agentpost.errors import brief
+    from agentpost.catalogue.params import profiles
 
     try:
         ch = chapter(chapter_id)
     except KeyError as err:
         raise UsageError(str(err).strip("'\"")) from None
-    if profile not in ch.profiles:
-        raise UsageError(f"chapter {chapter_id} has no profile {profile!r} (profiles: {', '.join(ch.profiles)})")
+    if profile not in profiles(ch):
+        raise UsageError(f"chapter {chapter_id} has no profile {brief(profile)} (profiles: {', '.join(ch.profiles)})")
     if not ch.comparisons:
         raise UsageError(
             f"chapter {chapter_id} declares no comparison (catalogue: agentpost/catalogue/{chapter_id}.yaml)"
@@ -215,10 +230,14 @@ def _profile_of(chapter_id: str, profile: str):
 
 def _cmd_compare(args) -> int:
     from agentpost.evidence.comparisons import compute
+    from agentpost.evidence.comparisons import configuration_runs
     from agentpost.evidence.design_checks import summary as design_summary
+    from agentpost.evidence.levels import collect_runs
+    from agentpost.evidence.validate import copied_seeds
 
     _profile_of(args.chapter, args.profile)
-    computed = compute(args.chapter, args.profile)
+    runs = collect_runs()  # every run, as list and the ledger see them: a stray receipt anywhere is named below
+    computed = compute(args.chapter, args.profile, runs)
     seeds = sorted({s for c in computed for s in c.seeds})
     print(f"{args.chapter} / {args.profile}: declared comparisons across seed runs {seeds or 'none'}")
     print(
@@ -247,7 +266,9 @@ def _cmd_compare(args) -> int:
                 f"  {c.comparison.id}: seeds {sorted(c.copies)} recorded the same outcomes as seeds "
                 f"{[c.copies[s] for s in sorted(c.copies)]}; a copy is not a replication and was left out"
             )
-    return 0
+    for seeds in copied_seeds([r.receipt for r in configuration_runs(args.chapter, args.profile, runs)]):
+        print(f"  {_copies(seeds)}")
+    return _malformed(runs)
 
 
 def _cmd_plan(args) -> int:
@@ -293,9 +314,13 @@ def _cmd_book(args) -> int:
     import subprocess
 
     from agentpost.catalogue import chapters
+    from agentpost.evidence.levels import read_claims_report
     from agentpost.project import project_root
+    from agentpost.catalogue.params import profiles
 
-    started = [c.id for c in chapters() if c.started and "smoke" in c.profiles]
+    if args.claims_report:  # a bad report is named before any run starts
+        read_claims_report(Path(args.claims_report))
+    started = [c.id for c in chapters() if c.started and "smoke" in profiles(c)]
     status, invalid = 0, []
     if started and not args.skip_runs:
         status, invalid = _run(
@@ -310,7 +335,7 @@ def _cmd_book(args) -> int:
             )
         )
     report = args.claims_report or _claim_tests(project_root())
-    _cmd_ledger(argparse.Namespace(claims_report=report))
+    ledger_status = _cmd_ledger(argparse.Namespace(claims_report=report))
     root = project_root()
     jb = shutil.which("jupyter-book", path=str(Path(sys.executable).parent)) or "jupyter-book"
     build = subprocess.run([jb, "build", str(root), "-W", "-n", "--keep-going", "--path-output", str(root)], cwd=root)
@@ -319,7 +344,7 @@ def _cmd_book(args) -> int:
     else:
         print(f"book built: {root / '_build' / 'html' / 'index.html'}")
     _say_invalid(invalid)
-    return build.returncode or status
+    return build.returncode or status or ledger_status
 
 
 def _cmd_migrate(args) -> int:
@@ -568,8 +593,33 @@ def check_environment() -> None:
         raise UsageError(f"AGENTPOST_ROOT={root} is not an agentpost checkout (no pyproject.toml)")
 
 
+class _TerminalSafe:
+    """A text stream that passes everything written through :func:`agentpost.evidence.escape.terminal`: a name from
+    a run folder, a profile file or a receipt never sends control characters (an ANSI escape) to the terminal."""
+
+    def __init__(self, stream):
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        from agentpost.evidence.escape import terminal
+
+        return self._stream.write(terminal(text))
+
+    def __getattr__(self, name: str):
+        return getattr(self._stream, name)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Parse ``argv`` and run the command; every expected failure becomes one line on stderr and an exit code."""
+    streams = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = _TerminalSafe(sys.stdout), _TerminalSafe(sys.stderr)
+    try:
+        return _main(argv)
+    finally:
+        sys.stdout, sys.stderr = streams
+
+
+def _main(argv: list[str] | None) -> int:
     from agentpost.project import skip_slow_optional_imports
 
     skip_slow_optional_imports()

@@ -46,7 +46,23 @@ RESOURCE_DEFAULTS = {"num_cpus": 1, "num_gpus": 0}
 DEFAULT_MAX_RETRIES = 1
 
 
+#: What a chapter id and a profile name may be: they become folder names, page headings and terminal output.
 PROFILE_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]*$")
+
+
+def profiles(chapter: Chapter) -> list[str]:
+    """The chapter's profiles (:attr:`Chapter.profiles`), each name checked where it is listed: a file of
+    ``params/<chapter>/`` whose name is no profile name (a newline, markup, an escape sequence) is a usage error
+    naming it, so no such name reaches a page, a folder or a terminal."""
+    for name in (chapter.id, *chapter.profiles):
+        if not PROFILE_NAME.fullmatch(name):
+            where = (
+                f"catalogue chapter id {brief(name)}" if name == chapter.id else f"params/{chapter.id}/{brief(name)}"
+            )
+            raise UsageError(
+                f"{where}: a chapter or profile name must be lower-case letters, digits, _ and - (rename it)"
+            )
+    return chapter.profiles
 
 
 #: Seeds numpy, torch and python's random all accept.
@@ -354,6 +370,11 @@ def check_parameters(
                 f"{source}: parameter {key!r} must be {like} like its default {brief(default)}, "
                 f"got {type(value).__name__} {brief(value)}"
             )
+        if isinstance(value, (list, dict)) and not value and default:
+            raise UsageError(
+                f"{source}: parameter {key!r} is empty, but its default {brief(default)} is not: a list or mapping "
+                "parameter (a grid, a set of budgets) needs at least one element"
+            )
         if why := non_finite_problem(value, declared.get(key)):
             raise UsageError(f"{source}: parameter {key!r} = {brief(value)}: {why}")
         if key in declared and (why := declared[key].problem(value)):
@@ -365,7 +386,7 @@ def check_parameters(
 def load_profile(chapter: Chapter, profile: str) -> dict:
     """The profile file ``params/<chapter>/<profile>.yaml``; ``profile`` must be an identifier naming one of them,
     so nothing outside the repository is ever read or written through a profile name."""
-    known = chapter.profiles
+    known = profiles(chapter)
     if not isinstance(profile, str) or not PROFILE_NAME.match(profile) or profile not in known:
         what = (
             "is not a profile name (lower-case letters, digits, _ and -)"

@@ -59,13 +59,18 @@ class Computed:
 def _seed_outcomes(runs, metric: str) -> dict[int, tuple[dict, str]]:
     """``{seed: (outcomes data of metric, digest of every outcome the run recorded)}`` from the runs' receipts
     (runs without ``metric`` are left out). Two seeds are copies only when *all* their recorded outcomes agree:
-    independent runs that converge to the same policy may coincide on one metric, and dropping them would bias."""
+    independent runs that converge to the same policy may coincide on one metric, and dropping them would bias.
+    Seeds whose outcomes are all near-identical (:func:`agentpost.evidence.validate.copied_seeds`) share a key too."""
+    from agentpost.evidence.validate import copied_seeds
+
+    first_of = {seed: group[0] for group in copied_seeds([run.receipt for run in runs]) for seed in group}
     found = {}
     for run in runs:
         metrics = run.receipt.get("metrics", {})
         data = metrics.get(PREFIX + metric)
+        seed = int(run.receipt["seed"])
         if is_outcomes(data):
-            found[int(run.receipt["seed"])] = (data, _outcomes_digest(metrics))
+            found[seed] = (data, f"copy of {first_of[seed]}" if seed in first_of else _outcomes_digest(metrics))
     return dict(sorted(found.items()))
 
 

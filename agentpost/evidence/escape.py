@@ -89,3 +89,25 @@ def code(text: object, limit: int = CELL_LIMIT) -> str:
     fence = "`" * (longest + 1)
     pad = " " if s.startswith("`") or s.endswith("`") or not s.strip() else ""
     return f"{fence}{pad}{s}{pad}{fence}"
+
+
+#: What a line of terminal output may hold besides printable text (a progress bar redraws its line with ``\r``).
+_TERMINAL_KEEP = {"\n", "\t", "\r"}
+
+
+def terminal(text: str) -> str:
+    """``text`` safe to print: every control, bidi, line-separator and surrogate character (an ANSI escape, a
+    backspace, a right-to-left override in a folder or file name) shown as its Python escape (``\\x1b``), except
+    line feed, tab and carriage return."""
+    return "".join(
+        ch
+        if ch in _TERMINAL_KEEP or not (unicodedata.category(ch) in ("Cc", "Cs") or ch in _BIDI or ch in _BREAKS)
+        else ascii(ch)[1:-1]
+        for ch in text
+    )
+
+
+def one_line(text: object) -> str:
+    """``text`` for one line of terminal output: :func:`terminal`, and line breaks and tabs escaped too (a name
+    holding a newline is still one name on one line)."""
+    return terminal(str(text)).translate({10: "\\n", 9: "\\t", 13: "\\r"})

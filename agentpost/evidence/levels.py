@@ -20,6 +20,7 @@ from pathlib import Path
 
 from agentpost.catalogue import Chapter, Claim, chapters
 from agentpost.errors import UsageError
+from agentpost.errors import brief
 from agentpost.evidence.paired_table import is_paired, paired_outcome
 from agentpost.evidence import certificates
 from agentpost.evidence import receipt as rc
@@ -45,7 +46,7 @@ class Run:
     @property
     def current_stale(self) -> list:
         """What makes the run old now: its stale inputs, unless a certificate re-certified its batch."""
-        return [] if self.certified_by else self.stale
+        return [s for s in self.stale if s == "schema_version"] if self.certified_by else self.stale  # never certified
 
     @classmethod
     def from_report(cls, report: Report) -> "Run":
@@ -144,8 +145,16 @@ def read_claims_report(path: Path | None = None) -> dict:
         report = json.loads(path.read_text())
     except ValueError as err:
         raise UsageError(f"claims report {path} is not JSON: {err}") from None
-    if not isinstance(report, dict):
-        raise UsageError(f"claims report {path} must map '<chapter>/<claim>' to outcomes")
+    counts = ("passed", "failed")
+    for key, outcome in report.items() if isinstance(report, dict) else [(None, None)]:
+        if not (
+            isinstance(outcome, dict)
+            and all(type(outcome.get(c)) is int and outcome[c] >= 0 for c in counts)  # a bool is no count
+        ):
+            raise UsageError(
+                f"claims report {path} must map '<chapter>/<claim>' to {{'passed': n, 'failed': n, ...}} "
+                f"(n a count); {'it is not a mapping' if key is None else f'entry {brief(key)} is {brief(outcome)}'}"
+            )
     return report
 
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import re
 from pathlib import Path
 from typing import Any, Literal
 
@@ -302,6 +303,24 @@ def run_folder(chapter: str, profile: str, kind: str, seed: int, key: str) -> Pa
     """A run's folder relative to :func:`runs_root`: ``<chapter>/<profile>[/ad-hoc]/seed-<seed>-<key>``."""
     base = Path(chapter) / profile / (ADHOC_DIR if kind == "ad-hoc" else "")
     return base / f"seed-{seed}-{key}"
+
+
+#: The name of a run folder (:func:`run_folder`); the key is checked against the receipt by validation.
+RUN_FOLDER_NAME = re.compile(r"seed-[0-9]+-[0-9A-Za-z]+")
+
+
+def misplaced(run_dir: Path) -> bool:
+    """Whether ``run_dir``, a folder holding a receipt under the runs root, is not where any run is written
+    (:func:`run_folder`): a stray receipt (``book/runs/receipt.json``, ``book/runs/<chapter>/receipt.json``), never a
+    run. A folder outside the runs root (``agentpost validate`` of a copy) is judged by the folder check of
+    validation instead (its last parts must be the receipt's :func:`run_folder`)."""
+    run_dir = Path(run_dir)
+    try:
+        parts = run_dir.resolve().relative_to(runs_root().resolve()).parts
+    except (ValueError, OSError):
+        return False
+    shape_ok = len(parts) == 3 or (len(parts) == 4 and parts[2] == ADHOC_DIR)
+    return not (shape_ok and RUN_FOLDER_NAME.fullmatch(parts[-1]))
 
 
 def run_dirs(root: Path | None = None) -> list[Path]:

@@ -31,6 +31,8 @@ from __future__ import annotations
 import ast
 import functools
 import json
+import math
+import re
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -38,6 +40,7 @@ from pathlib import Path
 import nbformat
 from pydantic import ValidationError
 
+from agentpost.catalogue.params import profiles
 from agentpost.evidence import receipt as rc
 from agentpost.evidence import run_store
 from agentpost.record.environment import GLUE_NAME
@@ -95,7 +98,7 @@ def catalogue_profile(chapter_id, profile) -> bool:
         isinstance(chapter_id, str)
         and chapter_id in ids
         and isinstance(profile, str)
-        and profile in ids[chapter_id].profiles
+        and profile in profiles(ids[chapter_id])
     )
 
 
@@ -245,8 +248,15 @@ def _check_run(run_dir: Path) -> Report:
         report.malformed = f"{field_name}: {message}"
         return report
 
+    def stray() -> Report:  # a receipt under the runs root where no run is written: named, never a run
+        return malformed(
+            "folder", "stray receipt, not in a <chapter>/<profile>/seed-<seed>-<key> folder; never a run (remove it)"
+        )
+
     receipt_path, nb_path = run_dir / rc.RECEIPT_NAME, run_store.notebook_path(run_dir)
     if not receipt_path.is_file() or not nb_path.is_file():
+        if rc.misplaced(run_dir):
+            return stray()
         bad("files", f"needs {rc.RECEIPT_NAME} and {rc.STORED_NOTEBOOK_NAME} (or, before schema 5, {rc.NOTEBOOK_NAME})")
         return report
     outcomes_path = run_dir / run_store.OUTCOMES_NAME
@@ -261,6 +271,8 @@ def _check_run(run_dir: Path) -> Report:
     report.receipt = raw if isinstance(raw, dict) else {}
     if not isinstance(raw, dict):
         return malformed(rc.RECEIPT_NAME, "not a JSON object")
+    if rc.misplaced(run_dir):
+        return stray()
     version = raw.get("schema_version")
     model = rc.MODELS.get(version) if isinstance(version, int) and not isinstance(version, bool) else None
     if model is None:
@@ -318,6 +330,8 @@ def _check_run(run_dir: Path) -> Report:
     _check_parameters(raw, nb, bad)
     _check_notebook(raw, nb, bad)
     _check_environment(raw, nb, bad)
+    for field_name, message in derivation_problems(raw):
+        bad(field_name, message)
     report.stale = stale_inputs(raw)
     report.complete = True
     return report
@@ -577,6 +591,8 @@ def stale_inputs(r: dict) -> list[str]:
     from agentpost.data.registry import DataChecksumError, DataMissingError
 
     stale = []
+    if r.get("schema_version", 0) < rc.SCHEMA_VERSION:  # an older schema checks less (schema 3: no imported code)
+        stale.append("schema_version")
     try:
         ch = get_chapter(r["chapter"])
         if notebook_source_hash(rc.source_notebook(ch.id)) != r["hashes"]["source_notebook"]:
@@ -607,15 +623,169 @@ def stale_inputs(r: dict) -> list[str]:
     return stale
 
 
+#: Relative tolerance of a summary re-derived from the per-item outcomes (a mean summed in another order differs in
+#: its last bits).
+DERIVED_RTOL = 1e-9
+
+
+def outcome_statistics(metrics: dict) -> dict[tuple[str, str], list[float]]:
+    """The summaries a notebook may derive from one run's per-item outcomes, by (outcomes scrap, kind): ``"mean"``,
+    each arm's mean; ``"difference"``, each ordered pair of arms' mean difference. Only arms with continuous outcomes
+    count (more than half of the items' values distinct): the mean of 0/1 successes is a fraction that other numbers
+    equal by coincidence."""
+    import numpy as np
+
+    from agentpost.record.outcomes import is_outcomes
+
+    stats: dict[tuple[str, str], list[float]] = {}
+    for name, data in sorted(metrics.items()):
+        if not is_outcomes(data):
+            continue
+        arms = [
+            x
+            for _, values in sorted(data["arms"].items())
+            if len(np.unique(x := np.asarray(values, dtype=np.float64))) * 2 > len(x)
+        ]
+        stats[(name, "mean")] = [float(x.mean()) for x in arms]
+        stats[(name, "difference")] = [float((y - x).mean()) for x in arms for y in arms if x is not y]
+    return stats
+
+
+def _summaries(metrics: dict) -> dict[str, list[float | int]]:
+    """Every number a run glued besides its outcomes and environment, by its dotted name, the rows of a table under
+    one name (``table[*].column``: a row's position differs between profiles)."""
+    from agentpost.evidence.spread import flatten
+    from agentpost.record.outcomes import is_outcomes
+
+    found: dict[str, list[float | int]] = {}
+    for key, data in metrics.items():
+        if key != GLUE_NAME and not is_outcomes(data):
+            for name, value in flatten(data, key).items():
+                if isinstance(value, (int, float)) and not isinstance(value, bool):
+                    found.setdefault(re.sub(r"\[[0-9]+\]", "[*]", name), []).append(value)
+    return found
+
+
+def _matches(values: list[float], derived: list[float]) -> bool:
+    """Whether one of ``values`` is one of ``derived`` (to :data:`DERIVED_RTOL`)."""
+    return any(math.isclose(v, d, rel_tol=DERIVED_RTOL, abs_tol=1e-12) for v in values for d in derived)
+
+
+def derived_summaries(chapter_id: str) -> dict[str, tuple[tuple[str, str], ...]]:
+    """``{glued name: the (outcomes scrap, kind) it summarises}`` for every number the chapter's notebook records
+    that is an arm's mean or two arms' mean difference of its per-item outcomes (:func:`outcome_statistics`; which
+    arm may depend on the run: "the best baseline"), learnt from the chapter's committed notebook (the repository's,
+    reviewed; a forger of runs cannot change it). Only a float that matches to :data:`DERIVED_RTOL` and is no round
+    number (a rounded summary, an accuracy of 1.0) makes a link, so a coincidence does not."""
+    from agentpost.project import project_root
+
+    return _derived_summaries(chapter_id, str(project_root()))
+
+
+@functools.lru_cache(maxsize=None)
+def _derived_summaries(chapter_id: str, root: str) -> dict[str, tuple[tuple[str, str], ...]]:
+    scraps = read_scraps(rc.source_notebook(chapter_id))
+    stats = outcome_statistics(scraps)
+    links = {}
+    for name, values in _summaries(scraps).items():
+        telling = [v for v in values if isinstance(v, float) and round(v, 6) != v]
+        if how := tuple(key for key, derived in stats.items() if _matches(telling, derived)):
+            links[name] = how
+    return links
+
+
+def derivation_problems(r: dict) -> list[tuple[str, str]]:
+    """``(field, message)`` for every summary value the run recorded that its own per-item outcomes contradict (an
+    edit of ``outcomes.parquet``, or of the summary, resealed): the links are :func:`derived_summaries`."""
+    links = derived_summaries(r["chapter"]) if r["status"] == "ok" else {}
+    if not links:
+        return []
+    stats, recorded = outcome_statistics(r["metrics"]), _summaries(r["metrics"])
+    found = []
+    for name, how in sorted(links.items()):
+        known = [key for key in how if stats.get(key)]
+        if name in recorded and known and not any(_matches(recorded[name], stats[key]) for key in known):
+            scrap, kind = known[0]
+            what = "an arm's mean" if kind == "mean" else "a mean difference of two arms"
+            values = recorded[name]
+            said = f"{brief(values[0])}, which is not" if len(values) == 1 else f"{brief(values)}, none of which is"
+            found.append(
+                (
+                    f"metrics.{name}",
+                    f"recorded {said} {what} of the run's per-item {scrap} (as it is in the chapter's notebook): "
+                    "outcomes or summary edited",
+                )
+            )
+    return found
+
+
+#: Seeds whose per-item outcomes differ by at most this fraction of the items' spread, on every arm, are one run
+#: copied (:func:`near_copies`). Measured on the committed cpu runs (book/receipts.md): of 3,979 pairs of distinct
+#: seeds that scored the same items, the closest differ by 0.15 of the spread (kite, seeds 84 and 85).
+NEAR_COPY_RATIO = 0.02
+#: Two values of one item closer than this (relative, at least absolute) count as equal: last-bit noise or a nudge.
+NEAR_COPY_RTOL = 1e-6
+
+
+def near_copies(receipts: list[dict]) -> list[tuple[int, int]]:
+    """Pairs of seeds whose recorded per-item outcomes are near-identical: the same outcomes scraps, items and arms,
+    and on every arm a mean absolute difference at most :data:`NEAR_COPY_RATIO` of the items' spread (mean
+    absolute deviation; an arm that is constant in both is equal). Seeds of a stochastic method do not agree so
+    closely on every arm; an arm that is deterministic across seeds (an untrained reference) cannot make a pair by
+    itself, since every arm must agree. Seeds that scored different items (a nested design) are never compared."""
+    import numpy as np
+
+    from agentpost.record.outcomes import is_outcomes
+
+    by_layout: dict[str, list[tuple[int, dict]]] = {}
+    for r in receipts:
+        outcomes = {k: v for k, v in (r.get("metrics") or {}).items() if is_outcomes(v)}
+        if outcomes:
+            layout = sha256_json({k: [v["items"], sorted(v["arms"])] for k, v in sorted(outcomes.items())})
+            by_layout.setdefault(layout, []).append((r.get("seed", -1), outcomes))
+    pairs = []
+    for group in by_layout.values():
+        if len(group) < 2:
+            continue
+        ratio = np.zeros((len(group), len(group)))
+        for name, first in group[0][1].items():
+            for arm in first["arms"]:
+                x = np.asarray([outcomes[name]["arms"][arm] for _, outcomes in group], dtype=np.float64)
+                spread = np.abs(x - x.mean(axis=1, keepdims=True)).mean(axis=1)
+                for i in range(len(group)):
+                    diff = np.abs(x - x[i])
+                    diff[diff <= NEAR_COPY_RTOL * np.maximum(1.0, np.abs(x[i]))] = 0.0  # a nudge is no difference
+                    dist = diff.mean(axis=1)
+                    pair_spread = (spread + spread[i]) / 2
+                    with np.errstate(divide="ignore", invalid="ignore"):
+                        r_i = np.where(dist == 0, 0.0, np.where(pair_spread > 0, dist / pair_spread, np.inf))
+                    ratio[i] = np.maximum(ratio[i], r_i)
+        pairs += [
+            (group[i][0], group[j][0])
+            for i in range(len(group))
+            for j in range(i + 1, len(group))
+            if ratio[i, j] <= NEAR_COPY_RATIO and group[i][0] != group[j][0]
+        ]
+    return pairs
+
+
 def copied_seeds(receipts: list[dict]) -> list[list[int]]:
-    """Groups of seeds whose recorded metrics (all but the environment facts) are identical: one run copied under
-    other seeds. A stochastic method at two seeds never records the same per-item results."""
+    """Groups of seeds that are one run copied under other seeds: their recorded metrics (all but the environment
+    facts) are identical, or their per-item outcomes near-identical (:func:`near_copies`: a copy with a value
+    nudged). A stochastic method at two seeds never records the same per-item results."""
     by_metrics: dict[str, list[int]] = {}
     for r in receipts:
         metrics = {k: v for k, v in (r.get("metrics") or {}).items() if k != GLUE_NAME}
         if metrics:
-            by_metrics.setdefault(sha256_json(metrics), []).append(r.get("seed"))  # type: ignore[arg-type]
-    return [sorted(seeds) for seeds in by_metrics.values() if len(seeds) > 1]
+            by_metrics.setdefault(sha256_json(metrics), []).append(r.get("seed", -1))
+    groups = [set(seeds) for seeds in by_metrics.values() if len(seeds) > 1] + [set(p) for p in near_copies(receipts)]
+    merged: list[set[int]] = []
+    for group in groups:  # pairs that share a seed are one group
+        for other in [m for m in merged if m & group]:
+            merged.remove(other)
+            group |= other
+        merged.append(group)
+    return sorted(sorted(g) for g in merged)
 
 
 def gpu_device_allowed(device: dict) -> bool:

@@ -23,6 +23,7 @@ from typing import Any
 from agentpost.catalogue import Chapter
 from agentpost.evidence.comparison_pages import comparison_details, comparison_table, forest_plot, seed_list
 from agentpost.evidence.comparisons import Computed
+from agentpost.evidence.escape import code
 from agentpost.record.recording import SCRAP_MIME, _jsonable, format_value, value_html
 
 FIELDS = ("verdict", "estimate", "ci_low", "ci_high", "mde", "seeds")
@@ -124,7 +125,7 @@ def verdicts_notebook(chapter: Chapter, computed: dict[str, list[Computed]], out
             )
             png.unlink()
         seeds = sorted({s for c in rows for s in c.seeds})
-        head = f"## Profile `{profile}`\n\n{len(seeds)} seed run(s) ({seed_list(seeds)}); ★ marks a headline comparison.\n\n"
+        head = f"## Profile {code(profile)}\n\n{len(seeds)} seed run(s) ({seed_list(seeds)}); ★ marks a headline comparison.\n\n"
         cells.append(_cell("markdown", head + "\n".join(comparison_table(rows))))
         source = (
             "from agentpost.evidence.comparisons import compute\n"
@@ -133,7 +134,7 @@ def verdicts_notebook(chapter: Chapter, computed: dict[str, list[Computed]], out
         cells.append(_cell("code", source, outputs))
         cells.append(_cell("markdown", "\n".join(comparison_details(rows))))
     if idle:
-        named = ", ".join(f"`{p}`" for p in idle)
+        named = ", ".join(code(p) for p in idle)
         cells.append(
             _cell(
                 "markdown",

@@ -35,6 +35,7 @@ re-raises; the caller removes the temporary folders and reports what finished
 
 from __future__ import annotations
 
+import logging
 import multiprocessing
 import os
 import queue
@@ -93,6 +94,23 @@ def _stop_with_parent() -> None:
         os.kill(os.getpid(), signal.SIGTERM)
 
 
+def _start_resource_tracker() -> None:
+    """Start multiprocessing's resource tracker with SIGHUP ignored (it ignores SIGINT and SIGTERM itself): a
+    closed terminal's SIGHUP reaches the whole process group, and a tracker that died of it was relaunched and
+    printed a KeyError traceback for every semaphore the batch then released."""
+    from multiprocessing import resource_tracker
+
+    try:
+        previous = signal.signal(signal.SIGHUP, signal.SIG_IGN)  # inherited by the tracker it spawns
+    except ValueError:  # not the main thread: the tracker starts as it would
+        resource_tracker.ensure_running()
+        return
+    try:
+        resource_tracker.ensure_running()
+    finally:
+        signal.signal(signal.SIGHUP, previous)
+
+
 def _child(index: int, spec: RunSpec, messages) -> None:
     """One run in its own process; every outcome goes back through ``messages`` as ``(kind, index, payload)``.
 
@@ -111,6 +129,8 @@ def _child(index: int, spec: RunSpec, messages) -> None:
         result = execute(spec, progress=lambda done, total: messages.put(("cells", index, (done, total))))
         messages.put(("result", index, result))
     except KeyboardInterrupt:
+        # the cell's task dies with the kernel; asyncio would print its DeadKernelError when it is collected
+        logging.getLogger("asyncio").setLevel(logging.CRITICAL + 1)
         messages.put(("stopped", index, None))
     except Exception as err:  # noqa: BLE001 - reported as this run's failure, the batch goes on
         messages.put(("crashed", index, f"{type(err).__name__}: {err}"))
@@ -126,6 +146,7 @@ class LocalBackend:
         from agentpost.run.execute import clear_interrupted
 
         context = multiprocessing.get_context("spawn")
+        _start_resource_tracker()
         messages = context.Queue()
         waiting = list(enumerate(specs))
         running: dict[int, multiprocessing.process.BaseProcess] = {}

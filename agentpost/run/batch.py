@@ -24,7 +24,7 @@ from agentpost.errors import UsageError
 from agentpost.run.backends import Backend, get_backend
 from agentpost.run.cache import cached_result
 from agentpost.evidence import receipt as rc
-from agentpost.run.execute import RunResult, clear_interrupted, reclaim_scratch
+from agentpost.run.execute import RunResult, check_scratch, clear_interrupted, reclaim_scratch
 from agentpost.run.params import RunSpec
 
 
@@ -96,6 +96,10 @@ def check_writable(specs: list[RunSpec]) -> None:
     import os
     import tempfile
 
+    for spec in specs:
+        for path in (spec.folder, spec.folder.with_name(f".tmp-{spec.folder.name}")):
+            if (path.exists() or path.is_symlink()) and not path.is_dir():
+                raise UsageError(f"{path}: a file where a run folder goes (remove it; a run folder is written there)")
     for parent in sorted({s.folder.parent for s in specs}):
         try:
             parent.mkdir(parents=True, exist_ok=True)
@@ -117,6 +121,8 @@ def run_batch(
         raise UsageError(f"--jobs must be >= 1, got {jobs}")
     chosen = get_backend(backend)
     refuse_links(specs)
+    if chosen.name in ("local", "submitit-local"):  # runs execute on this machine, in this $TMPDIR
+        check_scratch()
     with stop_signals_interrupt():
         try:
             with runs_lock(stream):

@@ -33,6 +33,7 @@ from papermill.exceptions import PapermillExecutionError
 from traitlets.config import Config
 
 from agentpost.catalogue import chapter as get_chapter
+from agentpost.errors import UsageError
 from agentpost.evidence import receipt as rc
 from agentpost.evidence.desensitize import desensitize_text
 from agentpost.record.environment import device_info, package_versions
@@ -64,6 +65,52 @@ def sanitize_notebook(nb: dict) -> dict:
 
 #: Scratch folders in $TMPDIR: ``<prefix><pid of the process that made it>-<random>`` (see :func:`reclaim_scratch`).
 SCRATCH_PREFIXES = ("agentpost-run-", "agentpost-k")  # short: a kernel socket path has at most 107 bytes
+
+
+#: The longest path a Unix socket may have (``sun_path`` holds 108 bytes with the terminating NUL).
+SOCKET_PATH_MAX = 107
+
+
+def _socket_suffix() -> int:
+    """What :func:`kernel_config` adds to $TMPDIR at most: ``/<prefix><pid>-<8 random>/kernel-<port>``, a pid of at
+    most the system's pid_max digits and a port of one digit (a fresh folder's five sockets are numbered 1..5)."""
+    try:
+        pid_digits = len(str(int(Path("/proc/sys/kernel/pid_max").read_text()) - 1))
+    except (OSError, ValueError):
+        pid_digits = 7  # Linux's largest pid_max, 4194304
+    return len(f"/{SCRATCH_PREFIXES[1]}") + pid_digits + len("-xxxxxxxx/kernel-1")
+
+
+def check_scratch() -> None:
+    """$TMPDIR can hold a run's scratch and its kernel's sockets, checked before any run starts: a path too long
+    for a Unix socket would fail in the kernel's start-up (ZMQError: File name too long)."""
+    tmp = tempfile.gettempdir()
+    suffix = _socket_suffix()
+    longest = len(os.fsencode(tmp)) + suffix
+    if longest > SOCKET_PATH_MAX:
+        raise UsageError(
+            f"TMPDIR={tmp} is too long for a kernel's sockets ({longest} bytes of a socket path, at most "
+            f"{SOCKET_PATH_MAX}): set TMPDIR to a folder with a path of at most {SOCKET_PATH_MAX - suffix} bytes"
+        )
+    if not os.access(tmp, os.W_OK | os.X_OK):
+        raise UsageError(f"TMPDIR={tmp} is not a writable folder")
+
+
+def kernel_config(sockets: str) -> Config:
+    """The kernel's transport: its sockets and its connection file inside ``sockets``, this run's scratch folder,
+    so nothing of a kernel stays in $TMPDIR once the folder is removed (by :func:`reclaim_scratch` after a kill
+    -9). The kernel is ended at once when the run ends or is stopped: a graceful shutdown request sent while a
+    cell still runs (a stopped batch) made the kernel print a ZMQError traceback as its sockets closed."""
+    return Config(
+        {
+            "KernelManager": {
+                "transport": "ipc",
+                "ip": os.path.join(sockets, "kernel"),
+                "connection_file": os.path.join(sockets, "kernel.json"),
+            },
+            "NotebookClient": {"shutdown_kernel": "immediate"},
+        }
+    )
 
 
 def reclaim_scratch() -> int:
@@ -195,7 +242,7 @@ def execute_papermill(
     hand" controls of :mod:`agentpost.book.walkthrough`) is not stored: it serves a live front end only, and each
     such cell's output already carries its static view."""
     with tempfile.TemporaryDirectory(prefix=f"{SCRATCH_PREFIXES[1]}{os.getpid()}-") as sockets:
-        transport = Config({"KernelManager": {"transport": "ipc", "ip": os.path.join(sockets, "kernel")}})
+        transport = kernel_config(sockets)
         try:
             papermill.execute_notebook(
                 str(source),

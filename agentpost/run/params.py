@@ -26,6 +26,7 @@ from agentpost.catalogue.params import (
     read_notebook,
 )
 from agentpost.data.registry import DATASETS, DataChecksumError, DataMissingError, data_file
+from agentpost.data.registry import _candidates as _local_candidates
 from agentpost.errors import UsageError
 from agentpost.evidence import receipt as rc
 
@@ -61,8 +62,19 @@ class RunSpec:
 
 
 def check_data(chapter: Chapter) -> None:
-    """Every data file of the chapter exists and matches its SOURCE.md checksum."""
+    """Every data file of the chapter exists and matches its SOURCE.md checksum. A data folder named by
+    ``AGENTPOST_DATA`` must hold the chapter's data sets when no local copy exists elsewhere: a user who named a
+    folder is told at once, not after a wait on the hub."""
+    import os
+
+    named = os.environ.get("AGENTPOST_DATA")
     for name in chapter.datasets:
+        local = [p for p in _local_candidates(name) if p.is_dir()]
+        if named and not local:
+            raise UsageError(
+                f"{chapter.id}: data set {name!r} not found: AGENTPOST_DATA={named} holds no {name}/ folder (nor "
+                "does ../shared/data beside the checkout); point it at the folder holding the data sets, or unset it"
+            )
         for filename in DATASETS[name]:
             try:
                 data_file(name, filename)

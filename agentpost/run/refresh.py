@@ -1,7 +1,7 @@
 """Re-execute a chapter notebook in place with its own defaults (the smoke profile), for the committed outputs.
 
 The committed outputs keep what a reader needs: progress bars are left out of the cells' stderr
-(:func:`agentpost.book.pages.without_progress_bars`), the rest of the stream stays.
+(:func:`agentpost.evidence.book_pages.without_progress_bars`), the rest of the stream stays.
 """
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ import time
 
 import nbformat
 
-from agentpost.book.pages import without_progress_bars
+from agentpost.evidence.book_pages import without_progress_bars
 from agentpost.evidence.receipt import write_atomic
-from agentpost.run.execute import execute_papermill, sanitize_notebook
+from agentpost.run.execute import check_scratch, execute_papermill, sanitize_notebook
 from agentpost.run.params import started_chapter
 
 
@@ -34,6 +34,7 @@ def refresh_notebook(chapter_id: str) -> float:
 
     A failing cell raises papermill's error and leaves the committed notebook as it was."""
     chapter, _ = started_chapter(chapter_id)
+    check_scratch()
     tmp = chapter.notebook.with_name(f".{chapter.id}.refresh.ipynb")
     t0 = time.perf_counter()
     try:

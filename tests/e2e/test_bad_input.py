@@ -129,6 +129,43 @@ def profile_link(target: str) -> Callable[[Path], dict]:
     return setup
 
 
+def claims_file(text: str) -> Callable[[Path], dict]:
+    """A claims report ``<tmp>/claims.json`` holding ``text``."""
+
+    def setup(project: Path) -> dict:
+        (project.parent / "claims.json").write_text(text)
+        return {}
+
+    return setup
+
+
+def file_at_run_folder(project: Path) -> dict:
+    """A file where the first smoke run's folder goes (issue 47: it ran 38 s, then NotADirectoryError)."""
+    from agentpost.run.params import plan_runs
+
+    _fresh_caches()
+    folder = plan_runs([PP], "smoke")[0].folder
+    folder.parent.mkdir(parents=True)
+    folder.write_text("not a folder\n")
+    return {}
+
+
+def long_tmpdir(project: Path) -> dict:
+    """A $TMPDIR of 130 characters (issue 47: ZMQError "File name too long" after the run started)."""
+    long = project.parent / ("t" * (130 - len(str(project.parent)) - 1))
+    long.mkdir()
+    return {"TMPDIR": str(long)}  # read again: _fresh_caches
+
+
+def empty_data_folder(project: Path) -> dict:
+    (project.parent / "empty-data").mkdir()
+    return {"AGENTPOST_DATA": str(project.parent / "empty-data")}
+
+
+#: A profile file's name that once reached the book as live HTML (issue 47).
+HOSTILE_NAME = "x\n```{raw} html\n<img src=x onerror=alert(1)>\n```\n"
+
+
 def _twice(row: bytes) -> Callable[[bytes], bytes]:
     return lambda b: b.replace(row, row + b"\n" + row, 1)
 
@@ -560,6 +597,35 @@ ROWS = [
         stored_receipt(b'{"schema_version": 3, "chapter": ["a"]}'),
         writes=True,
     ),
+    # ---- issue 47: names checked where listed, stray receipts, pre-flight checks before any run
+    Row(
+        "compare-profile-name-markup",
+        ("compare", PP),
+        2,
+        "a chapter or profile name must be",
+        profile("seeds: [1]\n", HOSTILE_NAME),
+    ),
+    Row("run-profile-name-markup", run(), 2, "params/paired-protocol/'x\\n```{raw} html", profile("", HOSTILE_NAME)),
+    Row("list-stray-receipt", ("list",), 2, "(folder: stray receipt", stored_receipt(b"{}", "")),
+    Row(
+        "validate-stray-receipt",
+        ("validate",),
+        1,
+        "runs/paired-protocol: folder: stray receipt",
+        stored_receipt(b"{}", PP),
+    ),
+    Row(
+        "ledger-claims-report-wrong-types",
+        ("ledger", "--claims-report", "{tmp}/claims.json"),
+        2,
+        "entry 'paired-protocol/C1' is {'passed': '3'",
+        claims_file('{"paired-protocol/C1": {"passed": "3", "failed": 0}}'),
+    ),
+    Row("run-file-at-run-folder", run(), 2, "a file where a run folder goes", file_at_run_folder),
+    Row("run-empty-grid", run("-p", "bigram_k_grid=[]"), 2, "parameter 'bigram_k_grid' is empty", None),
+    Row("run-tmpdir-too-long", run(), 2, "is too long for a kernel's sockets", long_tmpdir),
+    Row("refresh-tmpdir-too-long", ("refresh", PP), 2, "is too long for a kernel's sockets", long_tmpdir),
+    Row("run-data-folder-empty", run(), 2, "empty-data holds no wikitext-2/ folder", empty_data_folder),
 ]
 
 
@@ -598,6 +664,9 @@ def _fresh_caches() -> None:
     for value in vars(registry).values():
         if isinstance(value, functools._lru_cache_wrapper):
             value.cache_clear()
+    import tempfile
+
+    tempfile.tempdir = None  # $TMPDIR is read again (a row sets it)
 
 
 @pytest.mark.parametrize("row", ROWS, ids=[r.id for r in ROWS])

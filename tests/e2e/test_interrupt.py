@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 
+import pytest
 import yaml
 
 from tests.e2e.conftest import DATA, make_project, run_folders
@@ -152,3 +153,52 @@ def test_two_identical_batches_compute_each_run_once(tmp_path):
     assert "another batch is running" in second_err.read_text()
     assert " ok " in out1 and " cached " in out2, out1 + out2
     assert len(run_folders(project)) == 1
+
+
+def _wait_for_a_cell(proc, err_path, cell: int = 3) -> None:
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline and f"paired-protocol/1: cell {cell}/" not in err_path.read_text():
+        assert proc.poll() is None, err_path.read_text()
+        time.sleep(0.2)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
+def test_a_signal_to_the_whole_group_stops_the_batch_without_a_traceback(tmp_path, signum):
+    """Issue 47: SIGTERM or SIGHUP to the batch's process group (a closed terminal, `kill -- -PGID`) reaches the
+    kernels and multiprocessing's resource tracker too; before, they printed a ZMQError traceback (the kernel asked
+    to shut down gracefully mid-cell), asyncio's "Task exception was never retrieved ... DeadKernelError" and three
+    resource_tracker KeyError tracebacks."""
+    project, scratch = _quick_project(tmp_path)
+    err_path = tmp_path / "stderr.txt"
+    proc = _start(project, scratch, err_path)
+    _wait_for_a_cell(proc, err_path)
+    os.killpg(proc.pid, signum)
+    proc.communicate(timeout=120)
+    stderr = err_path.read_text()
+    assert proc.returncode == 128 + signum, stderr
+    for noise in ("Traceback", "Task exception", "resource_tracker", "Error"):
+        assert noise not in stderr, stderr
+    time.sleep(2)
+    assert not list(scratch.iterdir()), "no scratch folder, socket or connection file may be left"
+
+
+def test_kill_9_of_the_group_leaves_only_scratch_folders_the_next_batch_reclaims(tmp_path):
+    """The kernels' connection files live in the run's scratch folder (never ``$TMPDIR/tmp*.json``), so what a
+    kill -9 leaves is removed by the next batch's reclaim."""
+    project, scratch = _quick_project(tmp_path)
+    err_path = tmp_path / "stderr.txt"
+    proc = _start(project, scratch, err_path)
+    _wait_for_a_cell(proc, err_path)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.communicate(timeout=60)
+    time.sleep(3)  # the kernel notices its parent is gone
+    left = sorted(p.name for p in scratch.iterdir())
+    assert left and all(name.startswith("agentpost-") for name in left), left
+    reclaimed = subprocess.run(
+        [sys.executable, "-c", "from agentpost.run.execute import reclaim_scratch; print(reclaim_scratch())"],
+        env={**os.environ, "TMPDIR": str(scratch)},
+        capture_output=True,
+        text=True,
+    )
+    assert reclaimed.stdout.strip() == str(len(left)), reclaimed.stderr
+    assert not list(scratch.iterdir())

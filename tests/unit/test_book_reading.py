@@ -154,7 +154,7 @@ def test_tex_shown_as_text_is_found_outside_maths_and_code_only():
 
 
 def test_progress_bars_are_left_out_of_stderr_and_warnings_stay():
-    from agentpost.book.pages import without_progress_bars
+    from agentpost.evidence.book_pages import without_progress_bars
     from agentpost.run.refresh import drop_progress_bars
 
     bars = (
@@ -175,7 +175,7 @@ def test_progress_bars_are_left_out_of_stderr_and_warnings_stay():
 
 
 def test_the_receipts_page_cites_the_schema_version_from_the_code():
-    from agentpost.book.pages import substitutions
+    from agentpost.evidence.book_pages import substitutions
     from agentpost.evidence.receipt import SCHEMA_VERSION
     from agentpost.project import project_root
 
