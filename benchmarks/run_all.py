@@ -51,6 +51,7 @@ EXCLUDED = {
     "actkv_launch_count.py": "counts launches behind the actkv GPU prediction (minutes, needs shared data)",
     "kernel_path_spread.py": "re-runs chapters per kernel path (hours); run it by hand with chapter names",
     "count_baselines.py": "not a timing: the count-model floor the KITE catalogue's competence check cites",
+    "paired_class_rates.py": "not a timing: the simulated verdict-class rates book/evidence-levels.md states (minutes)",
 }
 
 
