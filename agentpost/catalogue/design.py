@@ -99,9 +99,6 @@ class Tuning:
     candidates: str | None = None
     metric_prefix: str = ""
 
-    def __hash__(self) -> int:
-        return hash((self.knob, self.grid, self.picks, self.table, self.candidates))
-
 
 @dataclass(frozen=True)
 class Design:

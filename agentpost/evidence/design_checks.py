@@ -424,9 +424,10 @@ def design_section(computed: list) -> list[str]:
         "",
         "Can each comparison answer its question? No harm (each trained arm against its starting point), "
         "competence (the model can do the task), headroom (the arms can differ by more than the margin; the "
-        "baseline is off the floor and below the ceiling), tuning (no pick at a grid edge at more than "
-        "a third of seeds, picks resting on enough successes, equal budgets) and identity (the two arms are not "
-        "one run). A headline whose checks fail keeps its claim at *mechanism* in the ledger.",
+        "baseline is off the floor and below the ceiling), tuning (no pick at a grid edge at more than the "
+        "declared share of seeds, a third unless the chapter says otherwise; picks resting on enough successes; "
+        "equal budgets) and identity (the two arms are not one run). A headline whose checks fail keeps its claim "
+        "at *mechanism* in the ledger.",
         "",
     ]
     for c in rows:
